@@ -1,0 +1,35 @@
+# Targets for working on shardq. `make test` is the test command of the README;
+# .ci/run runs it on a fresh machine.
+
+GO ?= go
+FUZZTIME ?= 20s
+
+.PHONY: all build test bench fuzz lint verify clean
+
+all: build
+
+build:
+	$(GO) build -o bin/shardq ./cmd/shardq
+
+test:
+	$(GO) test -race -timeout 20m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 5s ./bench/... ./broker/...
+
+# Each fuzz target runs for FUZZTIME; found crashers land in testdata/fuzz.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTopic$$' -fuzztime $(FUZZTIME) ./queue
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME) ./storage/badger
+
+lint:
+	@unformatted=$$(gofmt -l .); \
+	if [ -n "$$unformatted" ]; then echo "not gofmt-ed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+# verify also fails when go.mod or go.sum are not tidy, printing the difference.
+verify: lint
+	$(GO) mod tidy -diff
+
+clean:
+	rm -rf bin

@@ -1,0 +1,66 @@
+// Command mochi is a vanilla mochi-mqtt v2 broker: no queue hooks, every
+// client allowed, one TCP listener. It is the reference broker that shardq
+// is compared against:
+//
+//	go run ./bench/mochi --addr 127.0.0.1:1884 &
+//	bench cycle --broker 127.0.0.1:1883 --vs 127.0.0.1:1884
+//
+// The broker omits the publish's user properties from its acknowledgements
+// (Compatibilities.NoInheritedPropertiesOnAck), which paho clients require.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:1884", "TCP listen address")
+	verbose := flag.Bool("v", false, "log every connection (info level)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *addr, *verbose); err != nil {
+		fmt.Fprintln(os.Stderr, "mochi:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves MQTT on addr until ctx ends.
+func run(ctx context.Context, addr string, verbose bool) error {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	caps := mqtt.NewDefaultServerCapabilities()
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
+	server := mqtt.New(&mqtt.Options{
+		Capabilities: caps,
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+	})
+	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
+		return fmt.Errorf("add auth hook: %w", err)
+	}
+	if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})); err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if err := server.Serve(); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "mochi: listening on %s (pid %d)\n", addr, os.Getpid())
+	<-ctx.Done()
+	if err := server.Close(); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	return nil
+}

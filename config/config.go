@@ -1,0 +1,259 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// Config is the resolved configuration of one shardq node. The comment of
+// each field gives its YAML key.
+type Config struct {
+	// Usually set.
+	NodeID  string // node_id: this node's name; default the host name, or "node-1"
+	DataDir string // data_dir: where the queues are stored; default "./data"
+	MQTT    string // listen.mqtt: MQTT listen address; default ":1883"
+	WS      string // listen.ws: MQTT over WebSocket; default ":8083", "" disables
+	HTTP    string // listen.http: metrics, health and admin API; default ":9090", "" disables
+
+	Queues  Queues  // queues
+	Storage Storage // storage
+	Admin   Admin   // http
+
+	// LogLevel is log_level: debug, info (the default), warn or error.
+	LogLevel slog.Level
+
+	// origin records where Load found each value it set, keyed by YAML
+	// path, so that Validate can point at it.
+	origin map[string]origin
+}
+
+// Queues are the settings of the queues.
+type Queues struct {
+	// Defaults apply to every queue, declared or auto-created.
+	Defaults queue.Options `yaml:"defaults"`
+	// AutoCreate creates a queue at its first publish or subscribe;
+	// without it, only declared queues exist. Default true.
+	AutoCreate bool `yaml:"auto_create"`
+	// Declared queues exist from the start. Each one holds Defaults with the
+	// fields its YAML entry sets replaced.
+	Declared map[string]queue.Options `yaml:"declared"`
+}
+
+// Storage are the settings of the storage engine.
+type Storage struct {
+	// Usually set.
+
+	// Shards is the number of independent Badger instances. It is fixed
+	// when a data directory is created. Default 2.
+	Shards int `yaml:"shards"`
+	// SyncInterval is how often queues with durability async are fsynced;
+	// a crash may lose the publishes of one interval. Default 100ms.
+	SyncInterval time.Duration `yaml:"sync_interval"`
+
+	// Fine tuning.
+
+	// RingSize is how many of its newest messages each partition keeps in
+	// memory, so that consumers that keep up never read storage. Default 4096.
+	RingSize int `yaml:"ring_size"`
+	// MaxPayload is the largest message payload accepted, in bytes.
+	// Default 1 MiB, at most 256 MiB.
+	MaxPayload int `yaml:"max_payload"`
+}
+
+// Admin are the settings of the HTTP admin API, under the YAML key http.
+type Admin struct {
+	// Token, when set, must be sent as a bearer token with every mutating
+	// admin call.
+	Token string `yaml:"admin_token"`
+}
+
+// Limits of the storage settings.
+const (
+	MaxShards     = 64
+	MinRingSize   = 16
+	MaxRingSize   = 1 << 20
+	MaxMaxPayload = 256 << 20
+)
+
+// Default returns the configuration of a node started with no flags, no
+// config file and no environment: a working single node.
+func Default() *Config {
+	return &Config{
+		NodeID:   defaultNodeID(),
+		DataDir:  "./data",
+		MQTT:     ":1883",
+		WS:       ":8083",
+		HTTP:     ":9090",
+		LogLevel: slog.LevelInfo,
+		Queues: Queues{
+			Defaults:   queue.DefaultOptions(),
+			AutoCreate: true,
+			Declared:   map[string]queue.Options{},
+		},
+		Storage: Storage{
+			Shards:       2,
+			SyncInterval: 100 * time.Millisecond,
+			RingSize:     4096,
+			MaxPayload:   1 << 20,
+		},
+	}
+}
+
+func defaultNodeID() string {
+	if h, err := os.Hostname(); err == nil && validName(h) {
+		return h
+	}
+	return "node-1"
+}
+
+// QueueOptions returns the options of the declared queue name and true, or
+// the defaults and false when name is not declared.
+func (c *Config) QueueOptions(name string) (queue.Options, bool) {
+	if o, ok := c.Queues.Declared[name]; ok {
+		return o, true
+	}
+	return c.Queues.Defaults, false
+}
+
+// Validate reports every invalid setting, each as an *Error naming its
+// YAML path, joined with errors.Join. It returns nil when c is usable.
+func (c *Config) Validate() error {
+	var errs []error
+	fail := func(path, reason string, err error) {
+		errs = append(errs, c.errorAt(path, reason, err))
+	}
+
+	if !validName(c.NodeID) {
+		fail("node_id", fmt.Sprintf("must be 1 to 128 characters of A-Z a-z 0-9 _ . -, got %q", c.NodeID), nil)
+	}
+	if c.DataDir == "" {
+		fail("data_dir", "must not be empty", nil)
+	}
+
+	listen := []struct {
+		path, addr string
+		optional   bool
+	}{
+		{"listen.mqtt", c.MQTT, false},
+		{"listen.ws", c.WS, true},
+		{"listen.http", c.HTTP, true},
+	}
+	for i, l := range listen {
+		if l.addr == "" {
+			if !l.optional {
+				fail(l.path, "must not be empty", nil)
+			}
+			continue
+		}
+		if reason := checkAddr(l.addr); reason != "" {
+			fail(l.path, reason, nil)
+			continue
+		}
+		for _, prev := range listen[:i] {
+			if l.addr == prev.addr && !strings.HasSuffix(l.addr, ":0") {
+				fail(l.path, fmt.Sprintf("same address as %s, %q", prev.path, l.addr), nil)
+			}
+		}
+	}
+
+	s := c.Storage
+	if s.Shards < 1 || s.Shards > MaxShards {
+		fail("storage.shards", fmt.Sprintf("must be between 1 and %d, got %d", MaxShards, s.Shards), nil)
+	}
+	if s.SyncInterval <= 0 {
+		fail("storage.sync_interval", fmt.Sprintf("must be positive, got %s", s.SyncInterval), nil)
+	}
+	if s.RingSize < MinRingSize || s.RingSize > MaxRingSize {
+		fail("storage.ring_size", fmt.Sprintf("must be between %d and %d, got %d", MinRingSize, MaxRingSize, s.RingSize), nil)
+	}
+	if s.MaxPayload < 1 || s.MaxPayload > MaxMaxPayload {
+		fail("storage.max_payload", fmt.Sprintf("must be between 1 and %d (256 MiB), got %d", MaxMaxPayload, s.MaxPayload), nil)
+	}
+
+	if err := c.validateQueue("queues.defaults", c.Queues.Defaults); err != nil {
+		errs = append(errs, err)
+	}
+	names := make([]string, 0, len(c.Queues.Declared))
+	for name := range c.Queues.Declared {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		path := "queues.declared." + name
+		if !validName(name) {
+			fail(path, fmt.Sprintf("queue name must be 1 to 128 characters of A-Z a-z 0-9 _ . -, got %q", name), nil)
+			continue
+		}
+		if err := c.validateQueue(path, c.Queues.Declared[name]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateQueue checks the options of the queue at path.
+func (c *Config) validateQueue(path string, o queue.Options) error {
+	err := o.Validate()
+	if err == nil {
+		return nil
+	}
+	if fe, ok := errors.AsType[*queue.FieldError](err); ok {
+		return c.errorAt(path+"."+fe.Field, fe.Reason, err)
+	}
+	return c.errorAt(path, err.Error(), err)
+}
+
+// errorAt returns the error for the value at path, located where Load
+// found it or, failing that, where it found the nearest enclosing section.
+func (c *Config) errorAt(path, reason string, err error) *Error {
+	e := &Error{Field: path, Reason: reason, Err: err}
+	for p := path; p != ""; {
+		if o, ok := c.origin[p]; ok {
+			e.File, e.Line, e.Source = o.file, o.line, o.source
+			break
+		}
+		i := strings.LastIndexByte(p, '.')
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return e
+}
+
+// checkAddr returns why addr is not a listen address, or "".
+func checkAddr(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Sprintf("must be host:port, got %q", addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Sprintf("port must be a number from 0 to 65535, got %q", addr)
+	}
+	return ""
+}
+
+// validName reports whether s is a valid queue or node name: 1 to 128
+// characters of A-Z a-z 0-9 _ . -.
+func validName(s string) bool {
+	if len(s) < 1 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '_', b == '.', b == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,508 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// writeConfig writes a config file holding text and returns its path.
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "shardq.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// env returns a getenv that reads vars.
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := Load(nil, nil)
+	if err != nil {
+		t.Fatalf("Load with no arguments: %v", err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"data_dir", c.DataDir, "./data"},
+		{"listen.mqtt", c.MQTT, ":1883"},
+		{"listen.ws", c.WS, ":8083"},
+		{"listen.http", c.HTTP, ":9090"},
+		{"log_level", c.LogLevel, slog.LevelInfo},
+		{"queues.defaults", c.Queues.Defaults, queue.DefaultOptions()},
+		{"queues.auto_create", c.Queues.AutoCreate, true},
+		{"queues.declared", len(c.Queues.Declared), 0},
+		{"storage.shards", c.Storage.Shards, 2},
+		{"storage.sync_interval", c.Storage.SyncInterval, 100 * time.Millisecond},
+		{"storage.ring_size", c.Storage.RingSize, 4096},
+		{"storage.max_payload", c.Storage.MaxPayload, 1 << 20},
+		{"http.admin_token", c.Admin.Token, ""},
+	}
+	for _, tc := range checks {
+		if !reflect.DeepEqual(tc.got, tc.want) {
+			t.Errorf("%s = %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	if !validName(c.NodeID) {
+		t.Errorf("node_id = %q, not a valid name", c.NodeID)
+	}
+	if err := Default().Validate(); err != nil {
+		t.Errorf("Default().Validate() = %v", err)
+	}
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	const file = "data_dir: /from/file\nlisten:\n  mqtt: \":1001\"\n"
+	tests := []struct {
+		name     string
+		flags    []string
+		env      map[string]string
+		file     bool // pass the file with --config
+		wantDir  string
+		wantMQTT string
+	}{
+		{name: "default", wantDir: "./data", wantMQTT: ":1883"},
+		{name: "env beats default",
+			env:     map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_MQTT": ":1002"},
+			wantDir: "/from/env", wantMQTT: ":1002"},
+		{name: "file beats env",
+			env:  map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_MQTT": ":1002"},
+			file: true, wantDir: "/from/file", wantMQTT: ":1001"},
+		{name: "env fills what the file leaves out",
+			env:  map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_WS": ":1005"},
+			file: true, wantDir: "/from/file", wantMQTT: ":1001"},
+		{name: "flag beats file and env",
+			flags: []string{"--data-dir", "/from/flag", "--mqtt=:1003"},
+			env:   map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_MQTT": ":1002"},
+			file:  true, wantDir: "/from/flag", wantMQTT: ":1003"},
+		{name: "flag beats default",
+			flags:   []string{"-data-dir", "/from/flag"},
+			wantDir: "/from/flag", wantMQTT: ":1883"},
+		{name: "empty env counts as unset",
+			env:     map[string]string{"SHARDQ_DATA_DIR": ""},
+			wantDir: "./data", wantMQTT: ":1883"},
+	}
+	path := writeConfig(t, file)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.flags
+			if tc.file {
+				args = append([]string{"--config", path}, args...)
+			}
+			c, err := Load(args, env(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.DataDir != tc.wantDir || c.MQTT != tc.wantMQTT {
+				t.Errorf("data_dir, listen.mqtt = %q, %q; want %q, %q", c.DataDir, c.MQTT, tc.wantDir, tc.wantMQTT)
+			}
+		})
+	}
+}
+
+func TestConfigFileChoice(t *testing.T) {
+	fromEnv := writeConfig(t, "node_id: env-file\n")
+	fromFlag := writeConfig(t, "node_id: flag-file\n")
+	tests := []struct {
+		name  string
+		flags []string
+		env   map[string]string
+		want  string
+	}{
+		{"SHARDQ_CONFIG", nil, map[string]string{"SHARDQ_CONFIG": fromEnv}, "env-file"},
+		{"--config beats SHARDQ_CONFIG", []string{"--config", fromFlag}, map[string]string{"SHARDQ_CONFIG": fromEnv}, "flag-file"},
+		{"empty --config means no file", []string{"--config="}, map[string]string{"SHARDQ_CONFIG": fromEnv, "SHARDQ_NODE_ID": "env-id"}, "env-id"},
+		{"--node-id beats the file", []string{"--config", fromFlag, "--node-id", "flag-id"}, nil, "flag-id"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(tc.flags, env(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.NodeID != tc.want {
+				t.Errorf("node_id = %q, want %q", c.NodeID, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigDisableListeners(t *testing.T) {
+	tests := []struct {
+		name  string
+		flags []string
+		file  string
+	}{
+		{"flags", []string{"--ws", "", "--http="}, ""},
+		{"file", nil, "listen:\n  ws: \"\"\n  http:\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.flags
+			if tc.file != "" {
+				args = append(args, "--config", writeConfig(t, tc.file))
+			}
+			c, err := Load(args, env(map[string]string{"SHARDQ_WS": ":1", "SHARDQ_HTTP": ":2"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.WS != "" || c.HTTP != "" {
+				t.Errorf("listen.ws, listen.http = %q, %q; want both empty", c.WS, c.HTTP)
+			}
+		})
+	}
+}
+
+func TestConfigSpecFile(t *testing.T) {
+	// The example of SPEC section 8, plus every other key.
+	path := writeConfig(t, `
+node_id: node-a
+data_dir: /var/lib/shardq
+log_level: debug
+listen:
+  mqtt: 127.0.0.1:1883
+  ws: "[::1]:8083"
+  http: ":0"
+queues:
+  defaults:            # apply to every queue, including auto-created ones
+    partitions: 8
+    ordering: key      # key | partition | none
+    ack_timeout: 30s
+    max_deliveries: 5
+    retry_backoff: 1s
+    retry_backoff_max: 5m
+    prefetch: 64
+    durability: fsync  # fsync | async
+    max_age: 168h
+    max_messages: 0    # 0: no limit
+    max_bytes: 0
+    overflow: reject   # reject | drop-oldest
+    dedup_window: 2m
+  auto_create: true
+  declared:
+    orders:
+      partitions: 16
+      ack_timeout: 10s
+storage:
+  shards: 2            # independent Badger instances; fixed for a data dir
+  sync_interval: 100ms # for durability: async
+  ring_size: 1024
+  max_payload: 65536
+http:
+  admin_token: "s3cret"      # when set, mutating admin calls need it as a bearer token
+`)
+	c, err := Load([]string{"--config", path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.NodeID, want.DataDir, want.LogLevel = "node-a", "/var/lib/shardq", slog.LevelDebug
+	want.MQTT, want.WS, want.HTTP = "127.0.0.1:1883", "[::1]:8083", ":0"
+	orders := queue.DefaultOptions()
+	orders.Partitions, orders.AckTimeout = 16, 10*time.Second
+	want.Queues.Declared["orders"] = orders
+	want.Storage.RingSize, want.Storage.MaxPayload = 1024, 65536
+	want.Admin.Token = "s3cret"
+	want.origin = c.origin
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("Load =\n%+v\nwant\n%+v", c, want)
+	}
+}
+
+func TestConfigDeclaredInheritsDefaults(t *testing.T) {
+	// declared comes before defaults in the file: the entries still start
+	// from the resolved defaults.
+	path := writeConfig(t, `
+queues:
+  declared:
+    orders:
+      partitions: 16
+      ack_timeout: 10s
+    audit:
+      ordering: none
+    plain:
+  defaults:
+    ordering: partition
+    max_deliveries: 9
+    durability: async
+`)
+	c, err := Load([]string{"--config", path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := queue.DefaultOptions()
+	defaults.Ordering, defaults.MaxDeliveries, defaults.Durability = queue.OrderPartition, 9, queue.DurabilityAsync
+	orders, audit := defaults, defaults
+	orders.Partitions, orders.AckTimeout = 16, 10*time.Second
+	audit.Ordering = queue.OrderNone
+
+	tests := []struct {
+		queue        string
+		want         queue.Options
+		wantDeclared bool
+	}{
+		{"orders", orders, true},
+		{"audit", audit, true},
+		{"plain", defaults, true},
+		{"auto-created", defaults, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.queue, func(t *testing.T) {
+			got, declared := c.QueueOptions(tc.queue)
+			if declared != tc.wantDeclared {
+				t.Errorf("declared = %v, want %v", declared, tc.wantDeclared)
+			}
+			if got != tc.want {
+				t.Errorf("options =\n%+v\nwant\n%+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		flags []string
+		env   map[string]string
+		file  string // written to a file passed with --config when not ""
+		want  []string
+	}{
+		{name: "bad duration",
+			file: "queues:\n  defaults:\n    ack_timeout: 10x\n",
+			want: []string{"shardq.yaml:3: queues.defaults.ack_timeout:", `"10x"`}},
+		{name: "duration without unit",
+			file: "storage:\n  sync_interval: 100\n",
+			want: []string{"shardq.yaml:2: storage.sync_interval:", "duration"}},
+		{name: "duration too short",
+			file: "queues:\n  declared:\n    orders:\n      ack_timeout: 10ms\n",
+			want: []string{"shardq.yaml:4: queues.declared.orders.ack_timeout: must be at least 100ms, got 10ms"}},
+		{name: "inherited backoff below declared retry_backoff",
+			file: "queues:\n  declared:\n    orders:\n      retry_backoff: 10m\n",
+			want: []string{"shardq.yaml:3: queues.declared.orders.retry_backoff_max:"}},
+		{name: "unknown key",
+			file: "node_id: a\nqueues:\n  defaults:\n    colour: red\n",
+			want: []string{"shardq.yaml:4: queues.defaults.colour: unknown setting"}},
+		{name: "unknown top-level key",
+			file: "listen_addr: \":1\"\n",
+			want: []string{"shardq.yaml:1: listen_addr: unknown setting"}},
+		{name: "key set twice",
+			file: "storage:\n  shards: 1\n  shards: 2\n",
+			want: []string{"shardq.yaml:3: storage.shards: set twice, first on line 2"}},
+		{name: "bad ordering",
+			file: "queues:\n  defaults:\n    ordering: fifo\n",
+			want: []string{`queues.defaults.ordering: must be key, partition or none, got "fifo"`}},
+		{name: "bad durability in declared queue",
+			file: "queues:\n  declared:\n    q1:\n      durability: maybe\n",
+			want: []string{`queues.declared.q1.durability:`, `"maybe"`}},
+		{name: "zero shards",
+			file: "storage:\n  shards: 0\n",
+			want: []string{"storage.shards: must be between 1 and 64, got 0"}},
+		{name: "shards not a number",
+			file: "storage:\n  shards: two\n",
+			want: []string{"shardq.yaml:2: storage.shards: must be an integer", `"two"`}},
+		{name: "size with a unit",
+			file: "queues:\n  defaults:\n    max_bytes: 1GiB\n",
+			want: []string{"queues.defaults.max_bytes: must be an integer"}},
+		{name: "ring too small",
+			file: "storage:\n  ring_size: 8\n",
+			want: []string{"storage.ring_size: must be between 16 and 1048576, got 8"}},
+		{name: "payload too large",
+			file: "storage:\n  max_payload: 268435457\n",
+			want: []string{"storage.max_payload:"}},
+		{name: "zero sync interval",
+			file: "storage:\n  sync_interval: 0s\n",
+			want: []string{"storage.sync_interval: must be positive"}},
+		{name: "bad queue name",
+			file: "queues:\n  declared:\n    orders/eu:\n      partitions: 2\n",
+			want: []string{"shardq.yaml:3: queues.declared.orders/eu:", "A-Z a-z 0-9 _ . -"}},
+		{name: "queue name too long",
+			file: "queues:\n  declared:\n    " + strings.Repeat("q", 129) + ":\n",
+			want: []string{"queues.declared.qqq", "1 to 128"}},
+		{name: "section is not a mapping",
+			file: "storage: [1, 2]\n",
+			want: []string{"shardq.yaml:1: storage: must be a mapping, got a list"}},
+		{name: "setting is not a scalar",
+			file: "listen:\n  mqtt: {port: 1}\n",
+			want: []string{"shardq.yaml:2: listen.mqtt: must be a string, got a mapping"}},
+		{name: "bad bool",
+			file: "queues:\n  auto_create: sometimes\n",
+			want: []string{"queues.auto_create: must be true or false"}},
+		{name: "bad log level",
+			file: "log_level: loud\n",
+			want: []string{"log_level: must be debug, info, warn or error", `"loud"`}},
+		{name: "file is not a mapping",
+			file: "- node_id: a\n",
+			want: []string{"shardq.yaml:1: must be a mapping of settings"}},
+		{name: "two documents",
+			file: "node_id: a\n---\nnode_id: b\n",
+			want: []string{"more than one YAML document"}},
+		{name: "YAML syntax error",
+			file: "node_id: a\nstorage:\n  shards: 2\n  sync_interval\n",
+			want: []string{"shardq.yaml:4: invalid YAML"}},
+		{name: "YAML tab indentation",
+			file: "storage:\n\tshards: 2\n",
+			want: []string{"shardq.yaml:2: invalid YAML"}},
+		{name: "unknown flag",
+			flags: []string{"--colour", "red"},
+			want:  []string{"config: --colour: unknown flag", "--data-dir"}},
+		{name: "flag without value",
+			flags: []string{"--mqtt"},
+			want:  []string{"config: --mqtt: needs a value"}},
+		{name: "stray argument",
+			flags: []string{"--mqtt", ":1", "extra"},
+			want:  []string{`unexpected argument "extra"`}},
+		{name: "missing file",
+			flags: []string{"--config", "/nonexistent/shardq.yaml"},
+			want:  []string{"config: /nonexistent/shardq.yaml: cannot read the config file", "(from --config)"}},
+		{name: "missing file from env",
+			env:  map[string]string{"SHARDQ_CONFIG": "/nonexistent/env.yaml"},
+			want: []string{"/nonexistent/env.yaml", "(from SHARDQ_CONFIG)"}},
+		{name: "bad address from flag",
+			flags: []string{"--mqtt", "1883"},
+			want:  []string{`listen.mqtt: must be host:port, got "1883" (from --mqtt)`}},
+		{name: "bad port from env",
+			env:  map[string]string{"SHARDQ_HTTP": ":http-port"},
+			want: []string{`listen.http: port must be a number`, "(from SHARDQ_HTTP)"}},
+		{name: "bad address from file",
+			file: "listen:\n  ws: localhost\n",
+			want: []string{`shardq.yaml:2: listen.ws: must be host:port, got "localhost"`}},
+		{name: "empty mqtt address",
+			flags: []string{"--mqtt="},
+			want:  []string{"listen.mqtt: must not be empty (from --mqtt)"}},
+		{name: "two listeners on one address",
+			flags: []string{"--ws", ":1883"},
+			want:  []string{`listen.ws: same address as listen.mqtt, ":1883"`}},
+		{name: "bad node id",
+			flags: []string{"--node-id", "node a"},
+			want:  []string{`node_id: must be 1 to 128 characters`, `"node a"`}},
+		{name: "empty data dir",
+			file: "data_dir: \"\"\n",
+			want: []string{"shardq.yaml:1: data_dir: must not be empty"}},
+		{name: "every invalid setting is reported",
+			file: "storage:\n  shards: 0\n  ring_size: 1\nqueues:\n  defaults:\n    ordering: fifo\n",
+			want: []string{"storage.shards:", "storage.ring_size:", "queues.defaults.ordering:"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.flags
+			if tc.file != "" {
+				args = append([]string{"--config", writeConfig(t, tc.file)}, args...)
+			}
+			c, err := Load(args, env(tc.env))
+			if err == nil {
+				t.Fatalf("Load succeeded, want an error containing %q", tc.want)
+			}
+			if c != nil {
+				t.Errorf("Load returned a config with its error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if _, ok := errors.AsType[*Error](err); !ok {
+				t.Errorf("error %q is not a *config.Error", err)
+			}
+		})
+	}
+}
+
+func TestConfigErrorFields(t *testing.T) {
+	path := writeConfig(t, "queues:\n  declared:\n    orders:\n      ordering: fifo\n")
+	_, err := Load([]string{"--config", path}, nil)
+	e, ok := errors.AsType[*Error](err)
+	if !ok {
+		t.Fatalf("error %v is not a *config.Error", err)
+	}
+	want := Error{File: path, Line: 4, Field: "queues.declared.orders.ordering", Reason: `must be key, partition or none, got "fifo"`}
+	if e.File != want.File || e.Line != want.Line || e.Field != want.Field || e.Reason != want.Reason || e.Source != "" {
+		t.Errorf("error = %+v, want %+v", *e, want)
+	}
+	if fe, ok := errors.AsType[*queue.FieldError](err); !ok || fe.Field != "ordering" {
+		t.Errorf("error %v does not wrap the queue.FieldError of ordering", err)
+	}
+
+	_, err = Load([]string{"--config", filepath.Join(t.TempDir(), "missing.yaml")}, nil)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: error %v is not fs.ErrNotExist", err)
+	}
+}
+
+func TestConfigHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		t.Run(arg, func(t *testing.T) {
+			if _, err := Load([]string{arg}, nil); !errors.Is(err, flag.ErrHelp) {
+				t.Errorf("Load(%s) = %v, want flag.ErrHelp", arg, err)
+			}
+		})
+	}
+	var b strings.Builder
+	Usage(&b)
+	for _, name := range []string{"-config", "-data-dir", "-mqtt", "-ws", "-http", "-node-id", "SHARDQ_DATA_DIR"} {
+		if !strings.Contains(b.String(), name) {
+			t.Errorf("usage does not mention %s:\n%s", name, b.String())
+		}
+	}
+}
+
+func TestConfigEmptyFile(t *testing.T) {
+	for _, text := range []string{"", "# only a comment\n", "---\n", "queues:\nstorage:\n"} {
+		t.Run(text, func(t *testing.T) {
+			c, err := Load([]string{"--config", writeConfig(t, text)}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Storage != Default().Storage || c.Queues.Defaults != queue.DefaultOptions() {
+				t.Errorf("an empty file changed the defaults: %+v", c)
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(*Config)
+		want   string // "" for valid
+	}{
+		{"default", func(*Config) {}, ""},
+		{"declared queue", func(c *Config) {
+			o := c.Queues.Defaults
+			o.Partitions = 0
+			c.Queues.Declared["orders"] = o
+		}, "config: queues.declared.orders.partitions: must be between 1 and 4096, got 0"},
+		{"defaults", func(c *Config) { c.Queues.Defaults.Prefetch = 0 }, "config: queues.defaults.prefetch:"},
+		{"nil declared map", func(c *Config) { c.Queues.Declared = nil }, ""},
+		{"random ports may repeat", func(c *Config) { c.MQTT, c.WS, c.HTTP = ":0", ":0", "127.0.0.1:0" }, ""},
+		{"max shards", func(c *Config) { c.Storage.Shards = MaxShards }, ""},
+		{"too many shards", func(c *Config) { c.Storage.Shards = MaxShards + 1 }, "config: storage.shards: must be between 1 and 64, got 65"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.modify(c)
+			err := c.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Validate() = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Validate() = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,361 @@
+package config
+
+import (
+	"bytes"
+	"encoding"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// The config file is decoded by walking yaml.v3's node tree rather than
+// with yaml.Unmarshal, so that every error, including an unknown key or a
+// duration that does not parse, names the setting's full YAML path and its
+// line, and so that each declared queue is decoded on top of the resolved
+// defaults whatever the order of the keys in the file.
+
+// origin is where Load found a value: a file and line, or a flag or
+// environment variable.
+type origin struct {
+	file   string
+	line   int
+	source string
+}
+
+// decoder decodes one config file into c, over the values c already holds.
+type decoder struct {
+	file string
+	c    *Config
+}
+
+// field is a key of a YAML mapping and how to decode its value.
+type field struct {
+	key    string
+	decode func(n *yaml.Node, path string) error
+}
+
+// decodeFile decodes the YAML config file data, read from file, into c.
+// Only the settings the file holds change.
+func (c *Config) decodeFile(file string, data []byte) error {
+	if c.origin == nil {
+		c.origin = map[string]origin{}
+	}
+	d := &decoder{file: file, c: c}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file: nothing changes
+		}
+		return d.syntaxError(err)
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return d.syntaxError(err)
+		}
+		return d.errorf(&next, "", "holds more than one YAML document")
+	}
+	if len(doc.Content) == 0 {
+		return nil
+	}
+	return d.section(d.top())(doc.Content[0], "")
+}
+
+// top lists the top-level keys of the file.
+func (d *decoder) top() []field {
+	c := d.c
+	return []field{
+		{"node_id", d.leaf(&c.NodeID)},
+		{"data_dir", d.leaf(&c.DataDir)},
+		{"listen", d.section([]field{
+			{"mqtt", d.leaf(&c.MQTT)},
+			{"ws", d.leaf(&c.WS)},
+			{"http", d.leaf(&c.HTTP)},
+		})},
+		{"log_level", d.logLevel},
+		{"queues", d.section([]field{
+			// defaults before declared: declared queues inherit them.
+			{"defaults", d.section(d.tagged(&c.Queues.Defaults))},
+			{"auto_create", d.leaf(&c.Queues.AutoCreate)},
+			{"declared", d.declared},
+		})},
+		{"storage", d.section(d.tagged(&c.Storage))},
+		{"http", d.section(d.tagged(&c.Admin))},
+	}
+}
+
+// declared decodes queues.declared: each queue starts from the defaults
+// and takes the fields its entry sets.
+func (d *decoder) declared(n *yaml.Node, path string) error {
+	pairs, err := d.pairs(n, path)
+	if err != nil {
+		return err
+	}
+	if d.c.Queues.Declared == nil {
+		d.c.Queues.Declared = map[string]queue.Options{}
+	}
+	for _, p := range pairs {
+		qpath := join(path, p.key.Value)
+		d.c.origin[qpath] = origin{file: d.file, line: p.key.Line}
+		o := d.c.Queues.Defaults
+		if err := d.section(d.tagged(&o))(p.value, qpath); err != nil {
+			return err
+		}
+		d.c.Queues.Declared[p.key.Value] = o
+	}
+	return nil
+}
+
+// section returns a decoder of a mapping holding the keys fields lists.
+// The keys are decoded in the order of fields, not of the file.
+func (d *decoder) section(fields []field) func(n *yaml.Node, path string) error {
+	return func(n *yaml.Node, path string) error {
+		pairs, err := d.pairs(n, path)
+		if err != nil {
+			return err
+		}
+		byKey := make(map[string]pair, len(pairs))
+		for _, p := range pairs {
+			if !hasKey(fields, p.key.Value) {
+				known := make([]string, len(fields))
+				for i, f := range fields {
+					known[i] = f.key
+				}
+				return d.errorf(p.key, join(path, p.key.Value), "unknown setting (known here: %s)", strings.Join(known, ", "))
+			}
+			byKey[p.key.Value] = p
+		}
+		for _, f := range fields {
+			p, ok := byKey[f.key]
+			if !ok {
+				continue
+			}
+			fpath := join(path, f.key)
+			d.c.origin[fpath] = origin{file: d.file, line: p.key.Line}
+			if err := f.decode(p.value, fpath); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+type pair struct{ key, value *yaml.Node }
+
+// pairs returns the entries of the mapping n, checking that its keys are
+// plain and unique. A null n is an empty mapping.
+func (d *decoder) pairs(n *yaml.Node, path string) ([]pair, error) {
+	n = resolve(n)
+	if isNull(n) {
+		return nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		if path == "" {
+			return nil, d.errorf(n, "", "must be a mapping of settings, got %s", kindName(n))
+		}
+		return nil, d.errorf(n, path, "must be a mapping, got %s", kindName(n))
+	}
+	pairs := make([]pair, 0, len(n.Content)/2)
+	seen := make(map[string]int, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return nil, d.errorf(k, path, "keys must be plain names, got %s", kindName(k))
+		}
+		if k.Tag == "!!merge" {
+			return nil, d.errorf(k, path, "merge keys (<<) are not supported")
+		}
+		if line, ok := seen[k.Value]; ok {
+			return nil, d.errorf(k, join(path, k.Value), "set twice, first on line %d", line)
+		}
+		seen[k.Value] = k.Line
+		pairs = append(pairs, pair{k, v})
+	}
+	return pairs, nil
+}
+
+// tagged lists the fields of the struct *ptr by their yaml tags.
+func (d *decoder) tagged(ptr any) []field {
+	v := reflect.ValueOf(ptr).Elem()
+	t := v.Type()
+	var fields []field
+	for i := 0; i < t.NumField(); i++ {
+		key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if key == "" || key == "-" || !t.Field(i).IsExported() {
+			continue
+		}
+		fv := v.Field(i)
+		if fv.Kind() == reflect.Struct && !isLeaf(fv) {
+			fields = append(fields, field{key, d.section(d.tagged(fv.Addr().Interface()))})
+			continue
+		}
+		fields = append(fields, field{key, d.leaf(fv.Addr().Interface())})
+	}
+	return fields
+}
+
+var (
+	durationType        = reflect.TypeFor[time.Duration]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+func isLeaf(v reflect.Value) bool {
+	return v.Type() == durationType || v.Addr().Type().Implements(textUnmarshalerType)
+}
+
+// leaf returns a decoder of a scalar into *ptr: a string, bool, integer,
+// time.Duration (a Go duration string such as "30s") or a type that
+// implements encoding.TextUnmarshaler. A null sets the zero value.
+func (d *decoder) leaf(ptr any) func(n *yaml.Node, path string) error {
+	v := reflect.ValueOf(ptr).Elem()
+	return func(n *yaml.Node, path string) error {
+		n = resolve(n)
+		want := wantName(v)
+		if n.Kind != yaml.ScalarNode {
+			return d.errorf(n, path, "must be %s, got %s", want, kindName(n))
+		}
+		if isNull(n) {
+			v.SetZero()
+			return nil
+		}
+		if v.Type() == durationType {
+			dur, err := time.ParseDuration(n.Value)
+			if err != nil {
+				return d.errorf(n, path, "must be %s, got %q", want, n.Value)
+			}
+			v.SetInt(int64(dur))
+			return nil
+		}
+		if u, ok := ptr.(encoding.TextUnmarshaler); ok {
+			if err := u.UnmarshalText([]byte(n.Value)); err != nil {
+				return d.errorf(n, path, "invalid value %q: %v", n.Value, err)
+			}
+			return nil
+		}
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString(n.Value)
+		case reflect.Bool:
+			var b bool
+			if err := n.Decode(&b); err != nil {
+				return d.errorf(n, path, "must be %s, got %q", want, n.Value)
+			}
+			v.SetBool(b)
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			var i int64
+			if err := n.Decode(&i); err != nil {
+				return d.errorf(n, path, "must be %s, got %q", want, n.Value)
+			}
+			if v.OverflowInt(i) {
+				return d.errorf(n, path, "%d is out of range", i)
+			}
+			v.SetInt(i)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			var u uint64
+			if err := n.Decode(&u); err != nil {
+				return d.errorf(n, path, "must be %s, got %q", want, n.Value)
+			}
+			if v.OverflowUint(u) {
+				return d.errorf(n, path, "%d is out of range", u)
+			}
+			v.SetUint(u)
+		default:
+			return d.errorf(n, path, "settings of type %s are not supported", v.Type())
+		}
+		return nil
+	}
+}
+
+// logLevel decodes log_level.
+func (d *decoder) logLevel(n *yaml.Node, path string) error {
+	n = resolve(n)
+	var l slog.Level
+	if n.Kind != yaml.ScalarNode || l.UnmarshalText([]byte(n.Value)) != nil {
+		return d.errorf(n, path, "must be debug, info, warn or error, got %q", n.Value)
+	}
+	d.c.LogLevel = l
+	return nil
+}
+
+func wantName(v reflect.Value) string {
+	switch {
+	case v.Type() == durationType:
+		return "a duration such as 500ms, 30s, 5m or 168h"
+	case v.Kind() == reflect.String:
+		return "a string"
+	case v.Kind() == reflect.Bool:
+		return "true or false"
+	case v.CanInt() && v.Kind() != reflect.Uintptr:
+		return "an integer"
+	case v.CanUint():
+		return "a non-negative integer"
+	}
+	return "a " + v.Type().String()
+}
+
+func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) error {
+	return &Error{File: d.file, Line: n.Line, Field: path, Reason: fmt.Sprintf(format, args...)}
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError rewords an error of the YAML parser.
+func (d *decoder) syntaxError(err error) error {
+	e := &Error{File: d.file, Reason: strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		e.Line, _ = strconv.Atoi(m[1])
+		e.Reason = m[2]
+	}
+	e.Reason = "invalid YAML: " + e.Reason
+	return e
+}
+
+// resolve follows an alias (*name) to its anchor (&name).
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "nothing"
+}
+
+func hasKey(fields []field, key string) bool {
+	for _, f := range fields {
+		if f.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// join appends key to the YAML path.
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}

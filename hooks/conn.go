@@ -1,0 +1,174 @@
+package hooks
+
+import (
+	"sync"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/shardq/shardq/queue"
+)
+
+// conn is shardq's state for one connected client: its producer window and
+// PUBACK order, its subscriptions to queues, and the deliveries it holds.
+// One writer goroutine per conn writes PUBACKs and deliveries, so that no
+// committer or queue ever blocks on a client's socket.
+type conn struct {
+	h  *Hook
+	cl *mqtt.Client
+	v5 bool
+
+	// window bounds the producer's publishes not yet acknowledged
+	// (backpressure); done is closed when the conn ends.
+	window chan struct{}
+	done   chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	// acks are the producer's QoS 1 publishes in arrival order; PUBACKs go
+	// out in that order as their commits finish.
+	acks []*ackSlot
+	// out holds deliveries waiting for the writer.
+	out  []delivery
+	wake chan struct{}
+	// leases maps the packet ID of each outstanding QoS 1 delivery.
+	leases map[uint16]*queue.Lease
+	// subs are the client's queue subscriptions by filter.
+	subs map[string]*subscription
+	// writing is true while the writer goroutine runs.
+	writing bool
+}
+
+type ackSlot struct {
+	id   uint16
+	err  error
+	done bool
+}
+
+type delivery struct {
+	d   queue.Delivery
+	sub *subscription
+}
+
+func newConn(h *Hook, cl *mqtt.Client) *conn {
+	return &conn{
+		h:      h,
+		cl:     cl,
+		v5:     cl.Properties.ProtocolVersion == 5,
+		window: make(chan struct{}, h.opts.ProducerWindow),
+		done:   make(chan struct{}),
+		wake:   make(chan struct{}, 1),
+		leases: map[uint16]*queue.Lease{},
+		subs:   map[string]*subscription{},
+	}
+}
+
+// signal wakes the writer, starting it if needed. Lock must be held.
+func (c *conn) signalLocked() {
+	if !c.writing {
+		c.writing = true
+		go c.write()
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// write is the writer goroutine: it sends the PUBACKs whose commits have
+// finished (in order) and the pending deliveries, then waits for more.
+func (c *conn) write() {
+	var acks []packets.Packet
+	var outs []delivery
+	for range c.wake {
+		c.mu.Lock()
+		if c.closed {
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		acks, stop := c.readyAcksLocked(acks[:0])
+		outs = append(outs[:0], c.out...)
+		clear(c.out)
+		c.out = c.out[:0]
+		c.mu.Unlock()
+
+		for _, pk := range acks {
+			_ = c.cl.WritePacket(pk)
+			<-c.window
+		}
+		if stop != nil {
+			c.h.log.Warn("disconnecting MQTT 3.1.1 producer: publish not stored", "client", c.cl.ID, "err", stop)
+			c.cl.Stop(stop)
+		}
+		for i := range outs {
+			c.send(outs[i])
+			outs[i] = delivery{}
+		}
+	}
+}
+
+// readyAcksLocked takes the PUBACKs that may be sent now: the finished
+// prefix of the producer's publishes. A failure of a v3.1.1 publish, which
+// has no negative PUBACK, stops there: the client is disconnected.
+func (c *conn) readyAcksLocked(dst []packets.Packet) ([]packets.Packet, error) {
+	n := 0
+	var stop error
+	for n < len(c.acks) && c.acks[n].done {
+		s := c.acks[n]
+		if s.err != nil && !c.v5 {
+			stop = s.err
+			break
+		}
+		code := reasonFor(s.err)
+		if s.err != nil {
+			code = withReason(code, s.err)
+		}
+		pk := packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Puback},
+			PacketID:    s.id,
+			ReasonCode:  code.Code,
+		}
+		if s.err != nil {
+			pk.Properties.ReasonString = code.Reason
+		}
+		dst = append(dst, pk)
+		n++
+	}
+	clear(c.acks[:n])
+	c.acks = c.acks[n:]
+	return dst, stop
+}
+
+// finishAck records the outcome of a producer's publish.
+func (c *conn) finishAck(s *ackSlot, err error) {
+	c.mu.Lock()
+	s.err, s.done = err, true
+	if !c.closed && len(c.acks) > 0 && c.acks[0] == s {
+		c.signalLocked()
+	}
+	c.mu.Unlock()
+}
+
+// close ends the conn: every consumer leaves its group, so the messages the
+// client held go back to their groups at once.
+func (c *conn) close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	close(c.done)
+	subs := c.subs
+	c.subs = map[string]*subscription{}
+	for id := range c.leases {
+		c.cl.State.Inflight.Delete(id)
+	}
+	clear(c.leases)
+	c.out = nil
+	c.signalLocked()
+	c.mu.Unlock()
+	for _, s := range subs {
+		s.consumer.Close()
+	}
+}

@@ -1,0 +1,247 @@
+package hooks
+
+import (
+	"strconv"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/shardq/shardq/queue"
+)
+
+// Subscription user properties (MQTT 5).
+const (
+	propGroup    = "group"
+	propPrefetch = "prefetch"
+)
+
+// subscription is one queue subscription of a client: a consumer of a group.
+type subscription struct {
+	c        *conn
+	raw      string
+	filter   queue.Filter
+	qos      byte
+	consumer *queue.Consumer
+}
+
+// OnSubscribe turns an invalid $queue/ filter into an empty one, which mochi
+// answers with 0x8F Topic Filter invalid (0x80 for MQTT 3.1.1), and caps a
+// queue subscription's QoS at 1: a delivery is a lease settled by PUBACK.
+func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	filters := make(packets.Subscriptions, len(pk.Filters))
+	copy(filters, pk.Filters)
+	for i, sub := range filters {
+		if !queue.IsQueueTopic(sub.Filter) {
+			continue
+		}
+		f, err := queue.ParseFilter(sub.Filter)
+		if err == nil {
+			_, err = h.m.Open(h.ctx, f.Queue)
+		}
+		if err != nil {
+			h.log.Debug("queue subscription refused", "client", cl.ID, "filter", sub.Filter, "err", err)
+			filters[i].Filter = ""
+			continue
+		}
+		if sub.Qos > 1 {
+			filters[i].Qos = 1
+		}
+	}
+	pk.Filters = filters
+	return pk
+}
+
+// OnSubscribed joins the consumer groups of the accepted queue filters.
+func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
+	for i, sub := range pk.Filters {
+		if i < len(reasonCodes) && reasonCodes[i] < packets.ErrUnspecifiedError.Code && queue.IsQueueTopic(sub.Filter) {
+			h.subscribe(cl, sub, pk.Properties.User)
+		}
+	}
+}
+
+// OnUnsubscribed leaves the groups of the removed queue filters.
+func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
+	c := h.lookup(cl)
+	if c == nil {
+		return
+	}
+	for _, sub := range pk.Filters {
+		c.mu.Lock()
+		s := c.subs[sub.Filter]
+		delete(c.subs, sub.Filter)
+		c.mu.Unlock()
+		if s != nil {
+			s.consumer.Close()
+		}
+	}
+}
+
+func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []packets.UserProperty) {
+	f, err := queue.ParseFilter(sub.Filter)
+	if err != nil {
+		return
+	}
+	var o queue.ConsumerOptions
+	for _, u := range props {
+		switch u.Key {
+		case propGroup:
+			if !f.Shared && u.Val != "" {
+				f.Group = u.Val
+			}
+		case propPrefetch:
+			if n, err := strconv.Atoi(u.Val); err == nil && n > 0 {
+				o.Prefetch = n
+			}
+		}
+	}
+	if rm := int(cl.Properties.Props.ReceiveMaximum); cl.Properties.ProtocolVersion == 5 && rm > 0 && (o.Prefetch == 0 || rm < o.Prefetch) {
+		o.Prefetch = rm
+	}
+	c := h.connFor(cl)
+	s := &subscription{c: c, raw: sub.Filter, filter: f, qos: min(sub.Qos, 1)}
+	c.mu.Lock()
+	old := c.subs[sub.Filter]
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return
+	}
+	if old != nil {
+		old.consumer.Close()
+	}
+	q, err := h.m.Open(h.ctx, f.Queue)
+	if err != nil {
+		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
+		return
+	}
+	c.mu.Lock()
+	c.subs[sub.Filter] = s
+	c.mu.Unlock()
+	cons, err := q.Subscribe(f.Group, s, o)
+	if err != nil {
+		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
+		return
+	}
+	c.mu.Lock()
+	s.consumer = cons
+	if c.closed || c.subs[sub.Filter] != s {
+		c.mu.Unlock()
+		cons.Close()
+		return
+	}
+	c.mu.Unlock()
+}
+
+// Deliver implements queue.Receiver: the delivery is queued for the conn's
+// writer. It runs with the queue's lock held and never blocks.
+func (s *subscription) Deliver(d queue.Delivery) {
+	c := s.c
+	c.mu.Lock()
+	if !c.closed {
+		c.out = append(c.out, delivery{d: d, sub: s})
+		c.signalLocked()
+	}
+	c.mu.Unlock()
+}
+
+// send writes one delivery. QoS 1 deliveries are leases: the packet ID is
+// recorded so the PUBACK can settle it, and reserved in mochi's inflight
+// table so mochi does not hand the same ID to another packet. QoS 0
+// deliveries are settled as they are sent.
+func (c *conn) send(dl delivery) {
+	d, s := dl.d, dl.sub
+	m := d.Message
+	topic, moved := s.filter.DeliveryTopic(m.Subject)
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: s.qos, Dup: d.Count > 1},
+		TopicName:   topic,
+		Payload:     m.Payload,
+	}
+	if c.v5 {
+		pk.Properties = deliveryProperties(d, moved)
+	}
+	if !m.ExpiresAt.IsZero() {
+		pk.Expiry = m.ExpiresAt.Unix()
+	}
+	if s.qos > 0 {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		id, ok := c.nextPacketIDLocked()
+		if !ok {
+			c.mu.Unlock()
+			c.h.log.Warn("no free packet ID; delivery returned", "client", c.cl.ID, "queue", d.Queue)
+			_ = d.Lease.Settle(queue.Nack)
+			return
+		}
+		pk.PacketID = id
+		c.leases[id] = d.Lease
+		c.cl.State.Inflight.Set(pk)
+		c.mu.Unlock()
+	}
+	if err := c.cl.WritePacket(pk); err != nil {
+		c.h.log.Debug("delivery not written", "client", c.cl.ID, "queue", d.Queue, "err", err)
+	}
+	if s.qos == 0 {
+		_ = d.Lease.Settle(queue.Ack)
+	}
+}
+
+// nextPacketIDLocked picks a packet ID free both in mochi's table and in
+// the conn's leases (a client's own publish can clear mochi's entry).
+func (c *conn) nextPacketIDLocked() (uint16, bool) {
+	for i := 0; i < 65536; i++ {
+		id, err := c.cl.NextPacketID()
+		if err != nil {
+			return 0, false
+		}
+		if _, used := c.leases[uint16(id)]; !used {
+			return uint16(id), true
+		}
+	}
+	return 0, false
+}
+
+// deliveryProperties are the MQTT 5 properties of a delivery: the
+// producer's own, then shardq's user properties.
+func deliveryProperties(d queue.Delivery, subjectMoved bool) packets.Properties {
+	m := d.Message
+	h := m.Headers
+	p := packets.Properties{
+		ContentType:     h.ContentType,
+		ResponseTopic:   h.ResponseTopic,
+		CorrelationData: h.CorrelationData,
+	}
+	if h.PayloadFormat > 0 {
+		p.PayloadFormat, p.PayloadFormatFlag = h.PayloadFormat-1, true
+	}
+	user := make([]packets.UserProperty, 0, len(h.User)+10)
+	for _, u := range h.User {
+		user = append(user, packets.UserProperty{Key: u.Name, Val: u.Value})
+	}
+	user = append(user,
+		packets.UserProperty{Key: "msg-id", Val: d.ID()},
+		packets.UserProperty{Key: "key", Val: m.Key},
+		packets.UserProperty{Key: "partition", Val: strconv.Itoa(d.Partition)},
+		packets.UserProperty{Key: "delivery-count", Val: strconv.FormatUint(uint64(d.Count), 10)},
+		packets.UserProperty{Key: "enqueued-at", Val: strconv.FormatInt(m.EnqueuedAt.UnixMilli(), 10)},
+	)
+	if subjectMoved {
+		user = append(user, packets.UserProperty{Key: "subject", Val: m.Subject})
+	}
+	if dl := m.DeadLetter; dl != nil {
+		user = append(user,
+			packets.UserProperty{Key: "dlq-reason", Val: dl.Reason},
+			packets.UserProperty{Key: "original-msg-id", Val: dl.OriginalID},
+			packets.UserProperty{Key: "original-topic", Val: dl.OriginalTopic},
+			packets.UserProperty{Key: "original-delivery-count", Val: strconv.FormatUint(uint64(dl.Deliveries), 10)},
+		)
+		if dl.Group != "" {
+			user = append(user, packets.UserProperty{Key: "original-group", Val: dl.Group})
+		}
+	}
+	p.User = user
+	return p
+}

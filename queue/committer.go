@@ -1,0 +1,184 @@
+package queue
+
+import (
+	"sync"
+	"time"
+)
+
+// commitReq is one unit of work for a committer: usually a single append
+// (the hot path, kept free of allocations beyond the request itself), or a
+// batch of state writes.
+type commitReq struct {
+	app   Append
+	batch *Batch
+	sync  bool
+	done  func(error)
+}
+
+// committer is the group commit of one shard: one goroutine drains the
+// requests that arrived while the previous batch was being written, writes
+// them as one batch with one sync, and hands the batch to a completer
+// goroutine that runs the callbacks in submission order while the next
+// batch is written. Submit never blocks: producers are bounded by their own
+// in-flight cap, so the queue of requests is bounded too.
+type committer struct {
+	shard    Shard
+	maxBatch int
+	observe  func(CommitStats)
+
+	mu      sync.Mutex
+	pending []commitReq
+	closed  bool
+	wake    chan struct{}
+
+	completions chan completion
+	stopped     chan struct{}
+}
+
+type completion struct {
+	reqs []commitReq
+	err  error
+}
+
+// CommitStats describes one committed batch, for metrics.
+type CommitStats struct {
+	Shard    int
+	Requests int
+	Writes   int
+	Duration time.Duration
+	Err      error
+}
+
+func newCommitter(shard Shard, maxBatch int, observe func(CommitStats), index int) *committer {
+	c := &committer{
+		shard:       shard,
+		maxBatch:    maxBatch,
+		wake:        make(chan struct{}, 1),
+		completions: make(chan completion, 2),
+		stopped:     make(chan struct{}),
+	}
+	if observe != nil {
+		c.observe = func(s CommitStats) { s.Shard = index; observe(s) }
+	}
+	go c.run()
+	go c.complete()
+	return c
+}
+
+// submit queues r; its done callback runs once r is written (or failed).
+func (c *committer) submit(r commitReq) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		if r.done != nil {
+			r.done(ErrClosed)
+		}
+		return
+	}
+	c.pending = append(c.pending, r)
+	first := len(c.pending) == 1
+	c.mu.Unlock()
+	if first {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// close stops accepting requests, writes what is pending, runs every
+// callback and returns when done.
+func (c *committer) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	<-c.stopped
+}
+
+func (c *committer) run() {
+	defer close(c.completions)
+	var spare []commitReq
+	var b Batch
+	for range c.wake {
+		c.mu.Lock()
+		reqs := c.pending
+		all := reqs
+		c.pending = spare[:0]
+		closed := c.closed
+		c.mu.Unlock()
+
+		for len(reqs) > 0 {
+			n := c.fill(&b, reqs)
+			start := time.Now()
+			err := c.shard.Write(&b, c.anySync(reqs[:n]))
+			if c.observe != nil {
+				c.observe(CommitStats{Requests: n, Writes: b.Len(), Duration: time.Since(start), Err: err})
+			}
+			if err != nil {
+				err = storageError(err)
+			}
+			done := make([]commitReq, n)
+			copy(done, reqs[:n])
+			c.completions <- completion{reqs: done, err: err}
+			b.Reset()
+			reqs = reqs[n:]
+		}
+		clear(all)
+		spare = all[:0]
+		if closed {
+			c.mu.Lock()
+			left := len(c.pending)
+			c.mu.Unlock()
+			if left == 0 {
+				return
+			}
+			select {
+			case c.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// fill merges requests into b up to maxBatch writes and returns how many it took.
+func (c *committer) fill(b *Batch, reqs []commitReq) int {
+	n := 0
+	for n < len(reqs) {
+		r := &reqs[n]
+		if n > 0 && b.Len() >= c.maxBatch {
+			break
+		}
+		if r.app.Message != nil {
+			b.Appends = append(b.Appends, r.app)
+		}
+		if r.batch != nil {
+			b.merge(r.batch)
+		}
+		n++
+	}
+	return n
+}
+
+func (c *committer) anySync(reqs []commitReq) bool {
+	for i := range reqs {
+		if reqs[i].sync {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *committer) complete() {
+	defer close(c.stopped)
+	for comp := range c.completions {
+		for i := range comp.reqs {
+			if d := comp.reqs[i].done; d != nil {
+				d(comp.err)
+			}
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package queue
+
+import "time"
+
+// Receiver is a consumer's connection as the queue sees it.
+type Receiver interface {
+	// Deliver hands a leased message to the consumer's connection. It is
+	// called with the queue's lock held: it must not block and must not call
+	// back into the queue. Credit bounds how many deliveries are unsettled.
+	Deliver(d Delivery)
+}
+
+// Delivery is one delivery of a message to a consumer.
+type Delivery struct {
+	Lease     *Lease
+	Queue     string
+	Partition int
+	Message   *Message
+	// Count is the delivery-count: 1 on the first delivery to the group.
+	Count uint32
+}
+
+// ID returns the delivery's msg-id.
+func (d Delivery) ID() string { return MessageID(d.Partition, d.Message.Offset) }
+
+// ConsumerOptions are a subscription's settings.
+type ConsumerOptions struct {
+	// Prefetch caps the consumer's unsettled messages; the smaller of it and
+	// the queue's prefetch applies. 0 means the queue's.
+	Prefetch int
+}
+
+// Consumer is one subscription of a group. Its methods are safe for
+// concurrent use.
+type Consumer struct {
+	q      *Queue
+	g      *group
+	r      Receiver
+	credit int
+	// leases holds every lease that is active or still holds a credit slot.
+	leases map[*Lease]struct{}
+	closed bool
+}
+
+// Close leaves the group: every message the consumer holds goes back to the
+// group at once (the ended delivery counts toward max_deliveries).
+func (c *Consumer) Close() {
+	q := c.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	now := q.m.now()
+	b := new(Batch)
+	for l := range c.leases {
+		l.slot = false
+		if l.active {
+			q.releaseLocked(l, b, now)
+		}
+	}
+	clear(c.leases)
+	c.g.removeConsumer(c)
+	q.flushLocked(b)
+	q.dispatchLocked(now)
+}
+
+// Group returns the consumer's group name.
+func (c *Consumer) Group() string { return c.g.name }
+
+// Lease is the claim of one consumer on one delivered message. It ends when
+// the message is settled, when it runs out (ack_timeout) or when the
+// consumer leaves; only an active lease can settle the message.
+type Lease struct {
+	cur        *cursor
+	consumer   *Consumer
+	m          *Message
+	deliveries uint32
+	deadline   time.Time
+	// active: the lease holds the message. slot: the delivery still counts
+	// against the consumer's credit (until its PUBACK arrives).
+	active, slot bool
+}
+
+// Outcome is how a consumer settles a message.
+type Outcome int
+
+const (
+	// Ack: done for the group.
+	Ack Outcome = iota
+	// Nack: redeliver after a backoff.
+	Nack
+	// Reject: straight to the dead-letter queue.
+	Reject
+)
+
+// Settle ends the delivery with o and frees the consumer's credit slot. It
+// returns ErrNotLeased when the lease already ended (lost to ack_timeout,
+// or the consumer left): the message is then untouched.
+func (l *Lease) Settle(o Outcome) error {
+	return l.cur.g.q.settle(l, o)
+}
+
+// Extend renews an active lease for another ack_timeout.
+func (l *Lease) Extend() error {
+	q := l.cur.g.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !l.active {
+		return ErrNotLeased
+	}
+	l.deadline = q.m.now().Add(q.opts.AckTimeout)
+	return nil
+}
+
+// ID returns the leased message's msg-id.
+func (l *Lease) ID() string { return MessageID(l.cur.p.index, l.m.Offset) }

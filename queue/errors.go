@@ -1,0 +1,34 @@
+package queue
+
+import "errors"
+
+var (
+	// ErrInvalidTopic: the topic is not a valid $queue/ topic.
+	ErrInvalidTopic = errors.New("queue: invalid topic")
+	// ErrInvalidFilter: the subscription filter is not a valid $queue/ filter.
+	ErrInvalidFilter = errors.New("queue: invalid topic filter")
+	// ErrNoSuchQueue: the queue is not declared and auto_create is off.
+	ErrNoSuchQueue = errors.New("queue: no such queue")
+	// ErrQueueFull: the queue holds max_messages or max_bytes.
+	ErrQueueFull = errors.New("queue: queue full")
+	// ErrTooLarge: the message is larger than the broker accepts.
+	ErrTooLarge = errors.New("queue: message too large")
+	// ErrStorage: the message could not be stored; it is safe to retry.
+	ErrStorage = errors.New("queue: storage failure")
+	// ErrClosed: the manager is shutting down.
+	ErrClosed = errors.New("queue: closed")
+	// ErrNotLeased: the message is not leased to the caller.
+	ErrNotLeased = errors.New("queue: message not leased by this consumer")
+	// ErrUnknownMessage: no message has that id.
+	ErrUnknownMessage = errors.New("queue: unknown message id")
+	// ErrPartitionsChanged: the config asks for another partition count than the stored queue has.
+	ErrPartitionsChanged = errors.New("queue: partition count differs from the stored queue")
+)
+
+// StorageError wraps a storage engine's error; errors.Is(err, ErrStorage) holds.
+type StorageError struct{ Err error }
+
+func (e *StorageError) Error() string { return "queue: storage failure: " + e.Err.Error() }
+func (e *StorageError) Unwrap() []error { return []error{ErrStorage, e.Err} }
+
+func storageError(err error) error { return &StorageError{Err: err} }

@@ -1,0 +1,346 @@
+package queue
+
+import (
+	"container/heap"
+	"time"
+)
+
+// maxParked bounds how many messages of blocked keys one cursor holds aside
+// (ordering key). Past it the cursor stops reading ahead until a key frees.
+const maxParked = 8192
+
+// readAhead is how many messages a cursor reads from storage at a time.
+const readAhead = 512
+
+// group is one consumer group of a queue. Guarded by the queue's mutex.
+type group struct {
+	q         *Queue
+	name      string
+	cursors   []*cursor
+	consumers []*Consumer
+	rr        int // next consumer to try
+	rrPart    int // next partition to try
+	retries   retryHeap
+}
+
+// cursor is a group's position in one partition: the JetStream-style ack
+// floor, the settled set above it, the stream position of first
+// deliveries, and the messages waiting to be delivered again.
+type cursor struct {
+	g *group
+	p *partition
+
+	floor   uint64
+	settled map[uint64]bool // offset >= floor settled; true when marked on disk
+	next    uint64          // first offset never read for delivery
+
+	ready  readyHeap             // released messages, deliverable now, lowest offset first
+	keys   map[string]*keyState  // ordering key: keys with a message out
+	parked int                   // messages parked behind blocked keys
+	counts map[uint64]uint32     // ended deliveries of unsettled offsets, as on disk
+	leased int
+
+	ra       []*Message // read-ahead from storage covering [raFrom, raTo)
+	raPos    int
+	raFrom   uint64
+	raTo     uint64
+	fetching bool
+	fetchErr time.Time // no new fetch before then after a failed read
+}
+
+type keyState struct{ waiting []*Message }
+
+// pending is a message waiting to be delivered again.
+type pending struct {
+	m          *Message
+	cur        *cursor
+	deliveries uint32 // ended deliveries so far
+	at         time.Time
+}
+
+func newGroup(q *Queue, name string) *group {
+	g := &group{q: q, name: name, cursors: make([]*cursor, len(q.parts))}
+	for i, p := range q.parts {
+		g.cursors[i] = &cursor{g: g, p: p, floor: p.first, next: p.first,
+			settled: map[uint64]bool{}, counts: map[uint64]uint32{}}
+	}
+	return g
+}
+
+func (g *group) removeConsumer(c *Consumer) {
+	for i, x := range g.consumers {
+		if x == c {
+			g.consumers = append(g.consumers[:i], g.consumers[i+1:]...)
+			if g.rr > i {
+				g.rr--
+			}
+			return
+		}
+	}
+}
+
+// dispatchLocked leases deliverable messages to consumers with credit,
+// round robin, until either runs out.
+func (g *group) dispatchLocked(now time.Time) {
+	for len(g.consumers) > 0 {
+		c := g.nextConsumer()
+		if c == nil {
+			return
+		}
+		cur, m, prior := g.nextMessage(now)
+		if m == nil {
+			return
+		}
+		g.leaseLocked(c, cur, m, prior, now)
+	}
+}
+
+func (g *group) nextConsumer() *Consumer {
+	n := len(g.consumers)
+	for i := 0; i < n; i++ {
+		c := g.consumers[(g.rr+i)%n]
+		if c.credit > 0 {
+			g.rr = (g.rr + i + 1) % n
+			return c
+		}
+	}
+	return nil
+}
+
+func (g *group) nextMessage(now time.Time) (*cursor, *Message, uint32) {
+	n := len(g.cursors)
+	for i := 0; i < n; i++ {
+		cur := g.cursors[(g.rrPart+i)%n]
+		if m, prior := cur.nextLocked(now); m != nil {
+			g.rrPart = (g.rrPart + i + 1) % n
+			return cur, m, prior
+		}
+	}
+	return nil, nil, 0
+}
+
+func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, now time.Time) {
+	q := g.q
+	l := &Lease{cur: cur, consumer: c, m: m, deliveries: prior + 1,
+		deadline: now.Add(q.opts.AckTimeout), active: true, slot: true}
+	c.credit--
+	c.leases[l] = struct{}{}
+	cur.leased++
+	q.stats.Delivered.Add(1)
+	if prior > 0 {
+		q.stats.Redelivered.Add(1)
+	}
+	c.r.Deliver(Delivery{Lease: l, Queue: q.name, Partition: cur.p.index, Message: m, Count: l.deliveries})
+}
+
+// nextLocked returns the cursor's next deliverable message and how many of
+// its deliveries already ended, or nil.
+func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
+	for c.ready.Len() > 0 {
+		pd := heap.Pop(&c.ready).(*pending)
+		if c.isSettled(pd.m.Offset) {
+			continue
+		}
+		if c.expiredLocked(pd.m, pd.deliveries, now) {
+			continue
+		}
+		return pd.m, pd.deliveries
+	}
+	q := c.g.q
+	for c.next < c.p.committed {
+		off := c.next
+		m, known := c.messageAt(off)
+		if !known {
+			return nil, 0 // being read from storage
+		}
+		if m == nil || c.isSettled(off) {
+			c.next++
+			if m == nil {
+				c.settleLocked(off, nil) // a hole: nothing to deliver
+			}
+			continue
+		}
+		if q.opts.Ordering == OrderKey {
+			if ks := c.keys[m.Key]; ks != nil {
+				if c.parked >= maxParked {
+					return nil, 0
+				}
+				ks.waiting = append(ks.waiting, m)
+				c.parked++
+				c.next++
+				continue
+			}
+			c.keys[m.Key] = &keyState{}
+		}
+		c.next++
+		prior := c.counts[off]
+		if !m.NotBefore.IsZero() && m.NotBefore.After(now) {
+			heap.Push(&c.g.retries, &pending{m: m, cur: c, deliveries: prior, at: m.NotBefore})
+			continue
+		}
+		if c.expiredLocked(m, prior, now) {
+			continue
+		}
+		return m, prior
+	}
+	return nil, 0
+}
+
+// expiredLocked dead-letters m when its producer's expiry has passed.
+func (c *cursor) expiredLocked(m *Message, prior uint32, now time.Time) bool {
+	if m.ExpiresAt.IsZero() || now.Before(m.ExpiresAt) {
+		return false
+	}
+	c.g.q.stats.Expired.Add(1)
+	c.g.q.deadLetterLocked(c, m, prior, ReasonExpired, now)
+	return true
+}
+
+func (c *cursor) isSettled(off uint64) bool {
+	if off < c.floor {
+		return true
+	}
+	_, ok := c.settled[off]
+	return ok
+}
+
+// messageAt returns the message at off from the ring or the read-ahead.
+// known is false while it is being read from storage.
+func (c *cursor) messageAt(off uint64) (m *Message, known bool) {
+	if m, in := c.p.cached(off); in {
+		return m, true
+	}
+	if off >= c.raFrom && off < c.raTo {
+		for c.raPos < len(c.ra) && c.ra[c.raPos].Offset < off {
+			c.raPos++
+		}
+		if c.raPos < len(c.ra) && c.ra[c.raPos].Offset == off {
+			return c.ra[c.raPos], true
+		}
+		return nil, true
+	}
+	c.fetchLocked(off)
+	return nil, false
+}
+
+// fetchLocked reads messages from off up to the ring from storage, in the
+// background; the group is dispatched again when they arrive.
+func (c *cursor) fetchLocked(off uint64) {
+	q := c.g.q
+	if c.fetching || q.m.now().Before(c.fetchErr) {
+		return
+	}
+	c.fetching = true
+	to := min(c.p.ringLow, c.p.committed)
+	q.m.wg.Add(1)
+	go func() {
+		defer q.m.wg.Done()
+		msgs, err := c.p.store.Read(q.name, c.p.index, off, to, readAhead)
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		c.fetching = false
+		if err != nil {
+			c.fetchErr = q.m.now().Add(time.Second)
+			q.m.log.Error("reading messages failed", "queue", q.name, "partition", c.p.index, "offset", off, "err", err)
+			return
+		}
+		c.ra, c.raPos, c.raFrom, c.raTo = msgs, 0, off, to
+		if len(msgs) == readAhead {
+			c.raTo = msgs[len(msgs)-1].Offset + 1
+		}
+		q.dispatchLocked(q.m.now())
+	}()
+}
+
+// settleLocked marks off settled for the group, advances the floor and
+// records the change in b (nil: not persisted, for holes).
+func (c *cursor) settleLocked(off uint64, b *Batch) {
+	if off < c.floor {
+		return
+	}
+	q := c.g.q
+	if off == c.floor {
+		c.floor++
+		for {
+			marked, ok := c.settled[c.floor]
+			if !ok {
+				break
+			}
+			if marked && b != nil {
+				b.Marks = append(b.Marks, SettleMark{Queue: q.name, Group: c.g.name, Partition: c.p.index, Offset: c.floor})
+			}
+			delete(c.settled, c.floor)
+			c.floor++
+		}
+		if b != nil {
+			b.Floors = append(b.Floors, FloorWrite{Queue: q.name, Group: c.g.name, Partition: c.p.index, Floor: c.floor})
+		}
+	} else {
+		c.settled[off] = b != nil
+		if b != nil {
+			b.Marks = append(b.Marks, SettleMark{Queue: q.name, Group: c.g.name, Partition: c.p.index, Offset: off, Set: true})
+		}
+	}
+	if _, ok := c.counts[off]; ok {
+		delete(c.counts, off)
+		if b != nil {
+			b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: q.name, Group: c.g.name, Partition: c.p.index, Offset: off})
+		}
+	}
+}
+
+// doneLocked is called when m leaves circulation for good (acked or
+// dead-lettered): it is settled and its key lets the next message through.
+func (c *cursor) doneLocked(m *Message, b *Batch) {
+	c.settleLocked(m.Offset, b)
+	c.unblockLocked(m)
+}
+
+func (c *cursor) unblockLocked(m *Message) {
+	if c.g.q.opts.Ordering != OrderKey {
+		return
+	}
+	ks := c.keys[m.Key]
+	if ks == nil {
+		return
+	}
+	if len(ks.waiting) == 0 {
+		delete(c.keys, m.Key)
+		return
+	}
+	next := ks.waiting[0]
+	ks.waiting[0] = nil
+	ks.waiting = ks.waiting[1:]
+	c.parked--
+	heap.Push(&c.ready, &pending{m: next, cur: c, deliveries: c.counts[next.Offset]})
+}
+
+// readyHeap orders pending messages by offset.
+type readyHeap []*pending
+
+func (h readyHeap) Len() int           { return len(h) }
+func (h readyHeap) Less(i, j int) bool { return h[i].m.Offset < h[j].m.Offset }
+func (h readyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *readyHeap) Push(x any)        { *h = append(*h, x.(*pending)) }
+func (h *readyHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}
+
+// retryHeap orders pending messages by the time they may be delivered.
+type retryHeap []*pending
+
+func (h retryHeap) Len() int           { return len(h) }
+func (h retryHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h retryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *retryHeap) Push(x any)        { *h = append(*h, x.(*pending)) }
+func (h *retryHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}

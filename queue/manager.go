@@ -1,0 +1,357 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ManagerOptions configure a Manager.
+type ManagerOptions struct {
+	// Usually set.
+	Store      Store
+	Defaults   Options
+	Declared   map[string]Options
+	AutoCreate bool
+	Logger     *slog.Logger
+
+	// Fine tuning.
+	// RingSize is how many of a partition's newest messages stay in memory.
+	RingSize int
+	// MaxBatch caps the writes of one commit.
+	MaxBatch int
+	// MaxPayload refuses larger payloads with ErrTooLarge; 0 means no limit.
+	MaxPayload int
+	// Tick is how often leases, retries and delays are checked.
+	Tick time.Duration
+	// RetainEvery is how often settled messages are deleted.
+	RetainEvery time.Duration
+	// OnCommit, if set, is told about every committed batch.
+	OnCommit func(CommitStats)
+	// Clock replaces time.Now in tests.
+	Clock func() time.Time
+}
+
+// DefaultManagerOptions returns the fine-tuning defaults.
+func DefaultManagerOptions() ManagerOptions {
+	return ManagerOptions{
+		Defaults:    DefaultOptions(),
+		AutoCreate:  true,
+		RingSize:    4096,
+		MaxBatch:    4096,
+		MaxPayload:  1 << 20,
+		Tick:        20 * time.Millisecond,
+		RetainEvery: 500 * time.Millisecond,
+	}
+}
+
+// Manager holds the queues of a node.
+type Manager struct {
+	opts       ManagerOptions
+	log        *slog.Logger
+	committers []*committer
+	shards     []Shard
+
+	mu     sync.RWMutex
+	queues map[string]*Queue // by name, dead-letter queues included
+	closed bool
+
+	wg   sync.WaitGroup
+	stop chan struct{}
+}
+
+// NewManager recovers the queues found in the store and starts the
+// committers and the timer. It fails when a stored queue's partition count
+// differs from its declared one.
+func NewManager(o ManagerOptions) (*Manager, error) {
+	d := DefaultManagerOptions()
+	if o.RingSize <= 0 {
+		o.RingSize = d.RingSize
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = d.MaxBatch
+	}
+	if o.Tick <= 0 {
+		o.Tick = d.Tick
+	}
+	if o.RetainEvery <= 0 {
+		o.RetainEvery = d.RetainEvery
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Defaults == (Options{}) {
+		o.Defaults = d.Defaults
+	}
+	if err := o.Defaults.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Manager{opts: o, log: o.Logger, queues: map[string]*Queue{}, stop: make(chan struct{})}
+	m.shards = o.Store.Shards()
+	for i, s := range m.shards {
+		m.committers = append(m.committers, newCommitter(s, o.MaxBatch, o.OnCommit, i))
+	}
+	if err := m.recover(); err != nil {
+		m.closeCommitters()
+		return nil, err
+	}
+	go m.run()
+	return m, nil
+}
+
+func (m *Manager) now() time.Time {
+	if m.opts.Clock != nil {
+		return m.opts.Clock()
+	}
+	return time.Now()
+}
+
+// shardOf maps a partition to its shard: FNV-1a of "queue/partition".
+func (m *Manager) shardOf(queue string, partition int) int {
+	h := fnv.New32a()
+	h.Write([]byte(queue))
+	h.Write([]byte{'/'})
+	h.Write([]byte(strconv.Itoa(partition)))
+	return int(h.Sum32() % uint32(len(m.shards)))
+}
+
+func (m *Manager) recover() error {
+	metas, err := m.shards[0].Queues()
+	if err != nil {
+		return fmt.Errorf("queue: reading queue metadata: %w", err)
+	}
+	for _, meta := range metas {
+		if IsDLQ(meta.Name) {
+			continue
+		}
+		opts := m.optionsFor(meta.Name)
+		if meta.Declared != nil {
+			opts = *meta.Declared
+		}
+		if _, declared := m.opts.Declared[meta.Name]; declared && opts.Partitions != meta.Partitions {
+			return fmt.Errorf("%w: queue %q has %d partitions on disk, the config says %d",
+				ErrPartitionsChanged, meta.Name, meta.Partitions, opts.Partitions)
+		}
+		opts.Partitions = meta.Partitions
+		if _, err := m.build(meta.Name, opts); err != nil {
+			return err
+		}
+	}
+	m.log.Info("queues recovered", "queues", len(metas)/2)
+	return nil
+}
+
+func (m *Manager) optionsFor(name string) Options {
+	if o, ok := m.opts.Declared[name]; ok {
+		return o
+	}
+	return m.opts.Defaults
+}
+
+// build creates the in-memory queue and its dead-letter queue from what
+// the store holds. The caller holds m.mu or is recovering.
+func (m *Manager) build(name string, opts Options) (*Queue, error) {
+	q, err := m.buildOne(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	dopts := opts
+	dopts.MaxMessages, dopts.MaxBytes = 0, 0
+	dlq, err := m.buildOne(DLQName(name), dopts)
+	if err != nil {
+		return nil, err
+	}
+	q.dlq = dlq
+	m.queues[name] = q
+	m.queues[dlq.name] = dlq
+	return q, nil
+}
+
+func (m *Manager) buildOne(name string, opts Options) (*Queue, error) {
+	q := &Queue{m: m, name: name, opts: opts, groups: map[string]*group{}}
+	states := make([][]GroupState, opts.Partitions)
+	for i := 0; i < opts.Partitions; i++ {
+		si := m.shardOf(name, i)
+		s := m.shards[si]
+		first, next, err := s.Bounds(name, i)
+		if err != nil {
+			return nil, fmt.Errorf("queue: reading bounds of %s/%d: %w", name, i, err)
+		}
+		q.parts = append(q.parts, newPartition(i, si, m.committers[si], s, first, next, m.opts.RingSize))
+		if states[i], err = s.Groups(name, i); err != nil {
+			return nil, fmt.Errorf("queue: reading groups of %s/%d: %w", name, i, err)
+		}
+	}
+	for i, gs := range states {
+		for _, st := range gs {
+			g := q.groups[st.Group]
+			if g == nil {
+				g = newGroup(q, st.Group)
+				q.groups[st.Group] = g
+			}
+			cur := g.cursors[i]
+			cur.floor = max(st.Floor, q.parts[i].first)
+			cur.next = cur.floor
+			for _, off := range st.Settled {
+				if off >= cur.floor {
+					cur.settled[off] = true
+				}
+			}
+			for off, n := range st.Deliveries {
+				cur.counts[off] = n
+			}
+		}
+	}
+	return q, nil
+}
+
+// Queue returns the named queue (a dead-letter queue by DLQName) if it exists.
+func (m *Manager) Queue(name string) *Queue {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.queues[name]
+}
+
+// Queues returns every queue, dead-letter queues included.
+func (m *Manager) Queues() []*Queue {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	qs := make([]*Queue, 0, len(m.queues))
+	for _, q := range m.queues {
+		qs = append(qs, q)
+	}
+	return qs
+}
+
+// Open returns the named queue, creating it when it is declared or
+// auto_create is on. A dead-letter queue name opens its parent.
+func (m *Manager) Open(ctx context.Context, name string) (*Queue, error) {
+	if q := m.Queue(name); q != nil {
+		return q, nil
+	}
+	parent := name
+	if IsDLQ(name) {
+		parent = name[:len(name)-len(dlqSuffix)]
+	}
+	if !ValidQueueName(parent) {
+		return nil, ErrInvalidTopic
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if q := m.queues[name]; q != nil {
+		return q, nil
+	}
+	_, declared := m.opts.Declared[parent]
+	if !declared && !m.opts.AutoCreate {
+		return nil, ErrNoSuchQueue
+	}
+	opts := m.optionsFor(parent)
+	if err := m.persistMeta(ctx, parent, opts.Partitions); err != nil {
+		return nil, err
+	}
+	if _, err := m.build(parent, opts); err != nil {
+		return nil, err
+	}
+	m.log.Info("queue created", "queue", parent, "partitions", opts.Partitions, "declared", declared)
+	return m.queues[name], nil
+}
+
+// persistMeta durably records a queue and its dead-letter queue before
+// anything is appended to them.
+func (m *Manager) persistMeta(ctx context.Context, name string, partitions int) error {
+	done := make(chan error, 1)
+	m.committers[0].submit(commitReq{
+		batch: &Batch{Queues: []QueueMeta{{Name: name, Partitions: partitions}, {Name: DLQName(name), Partitions: partitions}}},
+		sync:  true,
+		done:  func(err error) { done <- err },
+	})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Publish appends msg to the named queue (see Queue.Publish).
+func (m *Manager) Publish(ctx context.Context, name string, msg *Message, done func(error)) {
+	q, err := m.Open(ctx, name)
+	if err != nil {
+		finish(done, err)
+		return
+	}
+	q.Publish(msg, done)
+}
+
+// Subscribe adds a consumer to the filter's queue and group.
+func (m *Manager) Subscribe(ctx context.Context, f Filter, r Receiver, o ConsumerOptions) (*Consumer, error) {
+	q, err := m.Open(ctx, f.Queue)
+	if err != nil {
+		return nil, err
+	}
+	return q.Subscribe(f.Group, r, o)
+}
+
+func (m *Manager) run() {
+	t := time.NewTicker(m.opts.Tick)
+	defer t.Stop()
+	lastRetain := m.now()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := m.now()
+		retain := now.Sub(lastRetain) >= m.opts.RetainEvery
+		if retain {
+			lastRetain = now
+		}
+		for _, q := range m.Queues() {
+			q.tick(now, retain)
+		}
+	}
+}
+
+// Close stops the timer, finishes every pending commit and returns. The
+// store stays open; its owner closes it.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	done := make(chan struct{})
+	go func() {
+		for _, q := range m.Queues() {
+			q.mu.Lock()
+			q.closed = true
+			q.mu.Unlock()
+		}
+		m.closeCommitters()
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m *Manager) closeCommitters() {
+	for _, c := range m.committers {
+		c.close()
+	}
+}

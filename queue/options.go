@@ -1,0 +1,123 @@
+package queue
+
+import (
+	"fmt"
+	"time"
+)
+
+// Ordering says how a queue orders deliveries within a consumer group.
+type Ordering string
+
+const (
+	// OrderKey delivers the messages of one key in publish order, one at a
+	// time per group; different keys are delivered in parallel.
+	OrderKey Ordering = "key"
+	// OrderPartition gives each partition to one consumer of a group at a time.
+	OrderPartition Ordering = "partition"
+	// OrderNone delivers in any order.
+	OrderNone Ordering = "none"
+)
+
+// Durability says when a publish counts as stored.
+type Durability string
+
+const (
+	// DurabilityFsync acknowledges a publish after the batch holding it is fsynced.
+	DurabilityFsync Durability = "fsync"
+	// DurabilityAsync acknowledges after the write reaches the storage engine;
+	// the engine is fsynced every sync interval.
+	DurabilityAsync Durability = "async"
+)
+
+// Overflow says what a full queue does with a new publish.
+type Overflow string
+
+const (
+	// OverflowReject refuses new publishes while the queue is full.
+	OverflowReject Overflow = "reject"
+	// OverflowDropOldest moves the oldest messages to the dead-letter queue.
+	OverflowDropOldest Overflow = "drop-oldest"
+)
+
+// Options are the settings of one queue.
+type Options struct {
+	// Usually set.
+	Partitions    int           `yaml:"partitions" json:"partitions"`
+	Ordering      Ordering      `yaml:"ordering" json:"ordering"`
+	AckTimeout    time.Duration `yaml:"ack_timeout" json:"ack_timeout"`
+	MaxDeliveries int           `yaml:"max_deliveries" json:"max_deliveries"`
+	Prefetch      int           `yaml:"prefetch" json:"prefetch"`
+	Durability    Durability    `yaml:"durability" json:"durability"`
+
+	// Retention.
+	MaxAge      time.Duration `yaml:"max_age" json:"max_age"`
+	MaxMessages int64         `yaml:"max_messages" json:"max_messages"`
+	MaxBytes    int64         `yaml:"max_bytes" json:"max_bytes"`
+	Overflow    Overflow      `yaml:"overflow" json:"overflow"`
+
+	// Fine tuning.
+	RetryBackoff    time.Duration `yaml:"retry_backoff" json:"retry_backoff"`
+	RetryBackoffMax time.Duration `yaml:"retry_backoff_max" json:"retry_backoff_max"`
+	DedupWindow     time.Duration `yaml:"dedup_window" json:"dedup_window"`
+}
+
+// DefaultOptions returns the settings of SPEC section 8.
+func DefaultOptions() Options {
+	return Options{
+		Partitions:      8,
+		Ordering:        OrderKey,
+		AckTimeout:      30 * time.Second,
+		MaxDeliveries:   5,
+		Prefetch:        64,
+		Durability:      DurabilityFsync,
+		MaxAge:          168 * time.Hour,
+		Overflow:        OverflowReject,
+		RetryBackoff:    time.Second,
+		RetryBackoffMax: 5 * time.Minute,
+		DedupWindow:     2 * time.Minute,
+	}
+}
+
+// MaxPartitions bounds a queue's partition count.
+const MaxPartitions = 4096
+
+// Validate reports the first invalid field, named as in the config file.
+func (o Options) Validate() error {
+	switch {
+	case o.Partitions < 1 || o.Partitions > MaxPartitions:
+		return &FieldError{"partitions", fmt.Sprintf("must be between 1 and %d, got %d", MaxPartitions, o.Partitions)}
+	case o.Ordering != OrderKey && o.Ordering != OrderPartition && o.Ordering != OrderNone:
+		return &FieldError{"ordering", fmt.Sprintf("must be key, partition or none, got %q", o.Ordering)}
+	case o.AckTimeout < 100*time.Millisecond:
+		return &FieldError{"ack_timeout", fmt.Sprintf("must be at least 100ms, got %s", o.AckTimeout)}
+	case o.MaxDeliveries < 1:
+		return &FieldError{"max_deliveries", fmt.Sprintf("must be at least 1, got %d", o.MaxDeliveries)}
+	case o.Prefetch < 1 || o.Prefetch > 65535:
+		return &FieldError{"prefetch", fmt.Sprintf("must be between 1 and 65535, got %d", o.Prefetch)}
+	case o.Durability != DurabilityFsync && o.Durability != DurabilityAsync:
+		return &FieldError{"durability", fmt.Sprintf("must be fsync or async, got %q", o.Durability)}
+	case o.MaxAge < 0:
+		return &FieldError{"max_age", "must not be negative"}
+	case o.MaxMessages < 0:
+		return &FieldError{"max_messages", "must not be negative"}
+	case o.MaxBytes < 0:
+		return &FieldError{"max_bytes", "must not be negative"}
+	case o.Overflow != OverflowReject && o.Overflow != OverflowDropOldest:
+		return &FieldError{"overflow", fmt.Sprintf("must be reject or drop-oldest, got %q", o.Overflow)}
+	case o.RetryBackoff <= 0:
+		return &FieldError{"retry_backoff", fmt.Sprintf("must be positive, got %s", o.RetryBackoff)}
+	case o.RetryBackoffMax < o.RetryBackoff:
+		return &FieldError{"retry_backoff_max", fmt.Sprintf("must be at least retry_backoff (%s), got %s", o.RetryBackoff, o.RetryBackoffMax)}
+	case o.DedupWindow < 0:
+		return &FieldError{"dedup_window", "must not be negative"}
+	}
+	return nil
+}
+
+// FieldError names the setting that is wrong and why.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }

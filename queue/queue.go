@@ -1,0 +1,392 @@
+package queue
+
+import (
+	"container/heap"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Queue is one durable queue: its partitions and consumer groups. One mutex
+// guards all of its in-memory state; storage writes happen outside it, in
+// the shard committers.
+type Queue struct {
+	m     *Manager
+	name  string
+	opts  Options
+	parts []*partition
+	// dlq is the queue's dead-letter queue; nil for a dead-letter queue.
+	dlq *Queue
+
+	mu     sync.Mutex
+	groups map[string]*group
+	closed bool
+
+	stats Stats
+}
+
+// Stats are a queue's running totals.
+type Stats struct {
+	Enqueued, Delivered, Redelivered, Acked, Nacked, Rejected atomic.Uint64
+	DeadLettered, Expired, LeasesLost, Deduplicated           atomic.Uint64
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Options returns the queue's settings.
+func (q *Queue) Options() Options { return q.opts }
+
+// DLQ returns the queue's dead-letter queue, or nil for a dead-letter queue.
+func (q *Queue) DLQ() *Queue { return q.dlq }
+
+// Stats returns the queue's running totals.
+func (q *Queue) Stats() *Stats { return &q.stats }
+
+// PartitionFor returns the partition of key: FNV-1a-64 of its bytes mod n.
+func PartitionFor(key string, n int) int {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return int(h.Sum64() % uint64(n))
+}
+
+// Publish appends msg to its key's partition; done (which may be nil) runs
+// once the message is stored as the queue's durability says, or failed.
+// done runs on a committer goroutine and must not block.
+func (q *Queue) Publish(msg *Message, done func(error)) {
+	if q.m.opts.MaxPayload > 0 && len(msg.Payload) > q.m.opts.MaxPayload {
+		finish(done, ErrTooLarge)
+		return
+	}
+	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
+	now := q.m.now()
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		finish(done, ErrClosed)
+		return
+	}
+	if q.fullLocked() {
+		q.mu.Unlock()
+		finish(done, ErrQueueFull)
+		return
+	}
+	if msg.EnqueuedAt.IsZero() {
+		msg.EnqueuedAt = now
+	}
+	if msg.ExpiresAt.IsZero() && msg.Headers.ExpiryInterval > 0 {
+		msg.ExpiresAt = msg.EnqueuedAt.Add(time.Duration(msg.Headers.ExpiryInterval) * time.Second)
+	}
+	msg.Offset = p.next
+	p.next++
+	p.c.submit(commitReq{
+		app:  Append{Queue: q.name, Partition: p.index, Message: msg},
+		sync: q.opts.Durability == DurabilityFsync,
+		done: func(err error) {
+			q.appended(p, msg, err)
+			finish(done, err)
+		},
+	})
+	q.mu.Unlock()
+}
+
+func finish(done func(error), err error) {
+	if done != nil {
+		done(err)
+	}
+}
+
+func (q *Queue) fullLocked() bool {
+	if q.opts.MaxMessages <= 0 {
+		return false
+	}
+	var depth int64
+	for _, p := range q.parts {
+		depth += int64(p.next - p.first)
+	}
+	return depth >= q.opts.MaxMessages
+}
+
+// appended makes a committed message visible to consumers. Appends of a
+// partition complete in offset order.
+func (q *Queue) appended(p *partition, msg *Message, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err != nil {
+		p.put(msg.Offset, nil)
+		return
+	}
+	q.stats.Enqueued.Add(1)
+	p.put(msg.Offset, msg)
+	if len(q.groups) > 0 {
+		q.dispatchLocked(q.m.now())
+	}
+}
+
+// Subscribe adds a consumer to group, creating the group if it is new: a
+// new group starts at the oldest retained message.
+func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consumer, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil, ErrClosed
+	}
+	g := q.groupLocked(group)
+	prefetch := q.opts.Prefetch
+	if o.Prefetch > 0 && o.Prefetch < prefetch {
+		prefetch = o.Prefetch
+	}
+	c := &Consumer{q: q, g: g, r: r, credit: prefetch, leases: map[*Lease]struct{}{}}
+	g.consumers = append(g.consumers, c)
+	q.dispatchLocked(q.m.now())
+	return c, nil
+}
+
+// groupLocked returns the group, creating and persisting it if it is new.
+func (q *Queue) groupLocked(name string) *group {
+	if g := q.groups[name]; g != nil {
+		return g
+	}
+	g := newGroup(q, name)
+	q.groups[name] = g
+	b := new(Batch)
+	for _, cur := range g.cursors {
+		b.Floors = append(b.Floors, FloorWrite{Queue: q.name, Group: name, Partition: cur.p.index, Floor: cur.floor})
+	}
+	q.flushLocked(b)
+	q.m.log.Info("consumer group created", "queue", q.name, "group", name)
+	return g
+}
+
+func (q *Queue) settle(l *Lease, o Outcome) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	c := l.consumer
+	now := q.m.now()
+	if l.slot {
+		l.slot = false
+		if !c.closed {
+			c.credit++
+		}
+	}
+	if !l.active {
+		delete(c.leases, l)
+		q.dispatchLocked(now)
+		return ErrNotLeased
+	}
+	l.active = false
+	delete(c.leases, l)
+	l.cur.leased--
+	b := new(Batch)
+	switch o {
+	case Ack:
+		q.stats.Acked.Add(1)
+		l.cur.doneLocked(l.m, b)
+	case Nack:
+		q.stats.Nacked.Add(1)
+		q.endDeliveryLocked(l, b, now, true)
+	case Reject:
+		q.stats.Rejected.Add(1)
+		q.deadLetterLocked(l.cur, l.m, l.deliveries, ReasonRejected, now)
+	}
+	q.flushLocked(b)
+	q.dispatchLocked(now)
+	return nil
+}
+
+// releaseLocked ends an active lease without a settlement (lost lease or
+// consumer gone): the message is available again at once.
+func (q *Queue) releaseLocked(l *Lease, b *Batch, now time.Time) {
+	l.active = false
+	l.cur.leased--
+	q.endDeliveryLocked(l, b, now, false)
+}
+
+// endDeliveryLocked handles a delivery that ended without an ack: the
+// message goes to the dead-letter queue after max_deliveries, else back to
+// the group, after a backoff when the consumer asked for it (nack).
+func (q *Queue) endDeliveryLocked(l *Lease, b *Batch, now time.Time, backoff bool) {
+	cur, ended := l.cur, l.deliveries
+	if int(ended) >= q.opts.MaxDeliveries && q.dlq != nil {
+		q.deadLetterLocked(cur, l.m, ended, ReasonMaxDeliveries, now)
+		return
+	}
+	cur.counts[l.m.Offset] = ended
+	b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: q.name, Group: cur.g.name, Partition: cur.p.index, Offset: l.m.Offset, Count: ended})
+	pd := &pending{m: l.m, cur: cur, deliveries: ended}
+	if backoff {
+		pd.at = now.Add(q.backoff(ended))
+		heap.Push(&cur.g.retries, pd)
+		return
+	}
+	heap.Push(&cur.ready, pd)
+}
+
+// backoff is retry_backoff doubled per ended delivery, up to retry_backoff_max.
+func (q *Queue) backoff(ended uint32) time.Duration {
+	d := q.opts.RetryBackoff
+	for i := uint32(1); i < ended && d < q.opts.RetryBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, q.opts.RetryBackoffMax)
+}
+
+// deadLetterLocked moves m out of the group's circulation into the
+// dead-letter queue. The message (and, with ordering key, its key) stays
+// held until the dead-letter copy is stored; if storing fails it is
+// delivered again. A dead-letter queue has no dead-letter queue of its own:
+// its messages are retried after a backoff instead.
+func (q *Queue) deadLetterLocked(cur *cursor, m *Message, deliveries uint32, reason string, now time.Time) {
+	if q.dlq == nil {
+		heap.Push(&cur.g.retries, &pending{m: m, cur: cur, deliveries: deliveries, at: now.Add(q.backoff(deliveries))})
+		return
+	}
+	dm := &Message{
+		Key:     m.Key,
+		Headers: m.Headers,
+		Payload: m.Payload,
+		DeadLetter: &DeadLetter{
+			Reason:        reason,
+			OriginalID:    MessageID(cur.p.index, m.Offset),
+			OriginalTopic: TopicName(q.name, m.Subject),
+			Deliveries:    deliveries,
+			Group:         cur.g.name,
+		},
+	}
+	dm.Headers.ExpiryInterval = 0
+	q.dlq.Publish(dm, func(err error) {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if err != nil {
+			q.m.log.Error("dead-lettering failed; message stays in the queue", "queue", q.name, "group", cur.g.name,
+				"msg_id", MessageID(cur.p.index, m.Offset), "err", err)
+			heap.Push(&cur.ready, &pending{m: m, cur: cur, deliveries: deliveries})
+		} else {
+			q.stats.DeadLettered.Add(1)
+			b := new(Batch)
+			cur.doneLocked(m, b)
+			q.flushLocked(b)
+		}
+		q.dispatchLocked(q.m.now())
+	})
+}
+
+// flushLocked submits the state writes in b to the committers of the
+// partitions they concern. It does not wait: settlements are persisted
+// asynchronously (at-least-once after a crash).
+func (q *Queue) flushLocked(b *Batch) {
+	if b.Len() == 0 {
+		return
+	}
+	shards := q.batchShards(b)
+	if len(shards) == 1 {
+		for c := range shards {
+			c.submit(commitReq{batch: b})
+		}
+		return
+	}
+	per := map[*committer]*Batch{}
+	part := func(p int) *Batch {
+		c := q.parts[p].c
+		if per[c] == nil {
+			per[c] = new(Batch)
+		}
+		return per[c]
+	}
+	for _, w := range b.Floors {
+		x := part(w.Partition)
+		x.Floors = append(x.Floors, w)
+	}
+	for _, w := range b.Marks {
+		x := part(w.Partition)
+		x.Marks = append(x.Marks, w)
+	}
+	for _, w := range b.Deliveries {
+		x := part(w.Partition)
+		x.Deliveries = append(x.Deliveries, w)
+	}
+	for _, w := range b.Deletes {
+		x := part(w.Partition)
+		x.Deletes = append(x.Deletes, w)
+	}
+	for _, w := range b.DropGroups {
+		x := part(w.Partition)
+		x.DropGroups = append(x.DropGroups, w)
+	}
+	for c, x := range per {
+		c.submit(commitReq{batch: x})
+	}
+}
+
+func (q *Queue) batchShards(b *Batch) map[*committer]struct{} {
+	set := map[*committer]struct{}{}
+	add := func(p int) { set[q.parts[p].c] = struct{}{} }
+	for _, w := range b.Floors {
+		add(w.Partition)
+	}
+	for _, w := range b.Marks {
+		add(w.Partition)
+	}
+	for _, w := range b.Deliveries {
+		add(w.Partition)
+	}
+	for _, w := range b.Deletes {
+		add(w.Partition)
+	}
+	for _, w := range b.DropGroups {
+		add(w.Partition)
+	}
+	return set
+}
+
+func (q *Queue) dispatchLocked(now time.Time) {
+	for _, g := range q.groups {
+		g.dispatchLocked(now)
+	}
+}
+
+// tick expires leases, releases due retries and, when retain is set,
+// deletes what every group has settled.
+func (q *Queue) tick(now time.Time, retain bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b := new(Batch)
+	for _, g := range q.groups {
+		for _, c := range g.consumers {
+			for l := range c.leases {
+				if l.active && now.After(l.deadline) {
+					q.stats.LeasesLost.Add(1)
+					q.releaseLocked(l, b, now)
+				}
+			}
+		}
+		for g.retries.Len() > 0 && !g.retries[0].at.After(now) {
+			pd := heap.Pop(&g.retries).(*pending)
+			heap.Push(&pd.cur.ready, pd)
+		}
+	}
+	if retain {
+		q.retainLocked(b)
+	}
+	q.flushLocked(b)
+	q.dispatchLocked(now)
+}
+
+// retainLocked deletes each partition's messages below every group's floor.
+// A queue without groups keeps its messages for the first group to come.
+func (q *Queue) retainLocked(b *Batch) {
+	if len(q.groups) == 0 {
+		return
+	}
+	for i, p := range q.parts {
+		low := p.committed
+		for _, g := range q.groups {
+			low = min(low, g.cursors[i].floor)
+		}
+		if low > p.first {
+			b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: i, From: p.first, To: low})
+			p.first = low
+		}
+	}
+}

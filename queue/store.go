@@ -1,0 +1,158 @@
+package queue
+
+// The storage seams of the queue domain. storage/badger implements them on
+// disk; queuetest holds an in-memory implementation and the conformance
+// suite every implementation must pass.
+
+// Store is a node's storage: a fixed number of independent shards.
+type Store interface {
+	// Shards returns the shards; their number is fixed for a data directory.
+	Shards() []Shard
+	Close() error
+}
+
+// Shard is one independent storage engine. A partition, its messages and
+// the state of every group on it live in exactly one shard.
+type Shard interface {
+	Writer
+	LogReader
+	StateReader
+}
+
+// Writer applies batches. Write is called by one goroutine at a time.
+type Writer interface {
+	// Write applies b atomically. When sync is true the batch is on stable
+	// storage when Write returns nil.
+	Write(b *Batch, sync bool) error
+	// Sync makes every batch written so far durable.
+	Sync() error
+}
+
+// LogReader reads a partition's messages.
+type LogReader interface {
+	// Read returns up to max stored messages of the partition with
+	// from <= offset < to, in offset order.
+	Read(queue string, partition int, from, to uint64, max int) ([]*Message, error)
+	// Bounds returns the partition's first retained offset and the offset the
+	// next append gets. An empty partition that never held a message is (0, 0).
+	Bounds(queue string, partition int) (first, next uint64, err error)
+}
+
+// StateReader reads what recovery needs besides messages.
+type StateReader interface {
+	// Queues returns every queue whose metadata the shard holds.
+	Queues() ([]QueueMeta, error)
+	// Groups returns the stored state of every group on the partition.
+	Groups(queue string, partition int) ([]GroupState, error)
+}
+
+// QueueMeta is what survives a restart about a queue itself.
+type QueueMeta struct {
+	Name       string
+	Partitions int
+	// Declared holds settings set at run time; nil when the queue follows
+	// the config file.
+	Declared *Options
+}
+
+// GroupState is a group's persisted state on one partition.
+type GroupState struct {
+	Group string
+	// Floor: every offset below it is settled for the group.
+	Floor uint64
+	// Settled lists settled offsets at or above Floor.
+	Settled []uint64
+	// Deliveries counts the ended deliveries of unsettled offsets.
+	Deliveries map[uint64]uint32
+}
+
+// Batch is a set of writes applied atomically by one shard.
+type Batch struct {
+	Appends    []Append
+	Deletes    []RangeDelete
+	Floors     []FloorWrite
+	Marks      []SettleMark
+	Deliveries []DeliveryMark
+	Queues     []QueueMeta
+	// DropGroups removes every record of a group on a partition.
+	DropGroups []GroupRef
+}
+
+// Append stores a message at its offset.
+type Append struct {
+	Queue     string
+	Partition int
+	Message   *Message
+}
+
+// RangeDelete removes the partition's messages with From <= offset < To and
+// records To as its first retained offset.
+type RangeDelete struct {
+	Queue     string
+	Partition int
+	From, To  uint64
+}
+
+// FloorWrite records a group's ack floor on a partition.
+type FloorWrite struct {
+	Queue     string
+	Group     string
+	Partition int
+	Floor     uint64
+}
+
+// SettleMark records (Set) or forgets (!Set) that one offset above the
+// floor is settled.
+type SettleMark struct {
+	Queue     string
+	Group     string
+	Partition int
+	Offset    uint64
+	Set       bool
+}
+
+// DeliveryMark records how many deliveries of an unsettled offset ended;
+// Count 0 forgets it.
+type DeliveryMark struct {
+	Queue     string
+	Group     string
+	Partition int
+	Offset    uint64
+	Count     uint32
+}
+
+// GroupRef names a group on a partition.
+type GroupRef struct {
+	Queue     string
+	Group     string
+	Partition int
+}
+
+// Len is the number of writes in the batch.
+func (b *Batch) Len() int {
+	return len(b.Appends) + len(b.Deletes) + len(b.Floors) + len(b.Marks) +
+		len(b.Deliveries) + len(b.Queues) + len(b.DropGroups)
+}
+
+// Reset empties the batch, keeping its capacity.
+func (b *Batch) Reset() {
+	clear(b.Appends)
+	b.Appends = b.Appends[:0]
+	b.Deletes = b.Deletes[:0]
+	b.Floors = b.Floors[:0]
+	b.Marks = b.Marks[:0]
+	b.Deliveries = b.Deliveries[:0]
+	b.Queues = b.Queues[:0]
+	b.DropGroups = b.DropGroups[:0]
+}
+
+// merge appends the writes of o to b.
+func (b *Batch) merge(o *Batch) {
+	b.Appends = append(b.Appends, o.Appends...)
+	b.Deletes = append(b.Deletes, o.Deletes...)
+	b.Floors = append(b.Floors, o.Floors...)
+	b.Marks = append(b.Marks, o.Marks...)
+	b.Deliveries = append(b.Deliveries, o.Deliveries...)
+	b.Queues = append(b.Queues, o.Queues...)
+	b.DropGroups = append(b.DropGroups, o.DropGroups...)
+}

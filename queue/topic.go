@@ -1,0 +1,165 @@
+package queue
+
+import "strings"
+
+// Topic prefixes and verbs of SPEC section 1.
+const (
+	TopicPrefix  = "$queue/"
+	SharePrefix  = "$share/"
+	DefaultGroup = "default"
+	dlqLevel     = "$dlq"
+	dlqSuffix    = "/" + dlqLevel
+)
+
+// Settlement verbs published to $queue/{queue}/{verb}.
+const (
+	VerbAck    = "$ack"
+	VerbNack   = "$nack"
+	VerbReject = "$reject"
+	VerbExtend = "$extend"
+)
+
+// Topic is a parsed publish topic under $queue/.
+type Topic struct {
+	// Queue is the queue's name; for $queue/{q}/$dlq it is DLQName(q).
+	Queue string
+	// Subject is the part after the queue level, or empty.
+	Subject string
+	// Verb is one of the settlement verbs, or empty for an enqueue.
+	Verb string
+}
+
+// IsQueueTopic reports whether a topic or filter addresses the queue layer
+// (either $queue/... or $share/{group}/$queue/...).
+func IsQueueTopic(s string) bool {
+	if strings.HasPrefix(s, TopicPrefix) {
+		return true
+	}
+	if !strings.HasPrefix(s, SharePrefix) {
+		return false
+	}
+	rest := s[len(SharePrefix):]
+	i := strings.IndexByte(rest, '/')
+	return i >= 0 && strings.HasPrefix(rest[i+1:], TopicPrefix)
+}
+
+// ValidQueueName reports whether name is 1 to 128 characters of A-Z a-z 0-9 _ . -.
+func ValidQueueName(name string) bool {
+	if len(name) == 0 || len(name) > 128 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// DLQName is the internal name of a queue's dead-letter queue.
+func DLQName(queue string) string { return queue + dlqSuffix }
+
+// IsDLQ reports whether name is a dead-letter queue's internal name.
+func IsDLQ(name string) bool { return strings.HasSuffix(name, dlqSuffix) }
+
+// TopicName is the MQTT topic of a queue (or dead-letter queue) and subject.
+func TopicName(queue, subject string) string {
+	if subject == "" {
+		return TopicPrefix + queue
+	}
+	return TopicPrefix + queue + "/" + subject
+}
+
+// ParseTopic parses a publish topic. It accepts $queue/{q},
+// $queue/{q}/{subject...}, $queue/{q}/$dlq and $queue/{q}/{verb}, where
+// {q} is a valid queue name, no subject level starts with '$', and no level
+// holds a wildcard. Anything else is ErrInvalidTopic.
+func ParseTopic(topic string) (Topic, error) {
+	if !strings.HasPrefix(topic, TopicPrefix) || strings.ContainsAny(topic, "+#\x00") {
+		return Topic{}, ErrInvalidTopic
+	}
+	rest := topic[len(TopicPrefix):]
+	name, subject, hasSubject := strings.Cut(rest, "/")
+	if !ValidQueueName(name) {
+		return Topic{}, ErrInvalidTopic
+	}
+	if !hasSubject {
+		return Topic{Queue: name}, nil
+	}
+	switch subject {
+	case dlqLevel:
+		return Topic{Queue: DLQName(name)}, nil
+	case VerbAck, VerbNack, VerbReject, VerbExtend:
+		return Topic{Queue: name, Verb: subject}, nil
+	case "":
+		return Topic{}, ErrInvalidTopic
+	}
+	for _, level := range strings.Split(subject, "/") {
+		if strings.HasPrefix(level, "$") {
+			return Topic{}, ErrInvalidTopic
+		}
+	}
+	return Topic{Queue: name, Subject: subject}, nil
+}
+
+// Filter is a parsed subscription to a queue.
+type Filter struct {
+	// Queue is the queue's name; for a $dlq filter it is DLQName(q).
+	Queue string
+	// Group is the consumer group: the $share group, or DefaultGroup.
+	Group string
+	// Shared is true when the group came from a $share/ prefix.
+	Shared bool
+	// AllSubjects is true for $queue/{q}/#: deliveries keep their subject topic.
+	AllSubjects bool
+}
+
+// ParseFilter parses a subscription filter: [$share/{group}/]$queue/{q}
+// optionally followed by /# and/or preceded by /$dlq. A filter that names
+// more than one queue (a wildcard in the queue level) or filters by subject
+// is ErrInvalidFilter.
+func ParseFilter(filter string) (Filter, error) {
+	var f Filter
+	if strings.HasPrefix(filter, SharePrefix) {
+		rest := filter[len(SharePrefix):]
+		group, tail, ok := strings.Cut(rest, "/")
+		if !ok || group == "" || strings.ContainsAny(group, "+#\x00") {
+			return Filter{}, ErrInvalidFilter
+		}
+		f.Group, f.Shared, filter = group, true, tail
+	} else {
+		f.Group = DefaultGroup
+	}
+	if !strings.HasPrefix(filter, TopicPrefix) {
+		return Filter{}, ErrInvalidFilter
+	}
+	levels := strings.Split(filter[len(TopicPrefix):], "/")
+	if !ValidQueueName(levels[0]) {
+		return Filter{}, ErrInvalidFilter
+	}
+	f.Queue = levels[0]
+	levels = levels[1:]
+	if len(levels) > 0 && levels[0] == dlqLevel {
+		f.Queue = DLQName(f.Queue)
+		levels = levels[1:]
+	}
+	switch {
+	case len(levels) == 0:
+	case len(levels) == 1 && levels[0] == "#":
+		f.AllSubjects = true
+	default:
+		return Filter{}, ErrInvalidFilter
+	}
+	return f, nil
+}
+
+// DeliveryTopic is the topic a message of subject is delivered on to a
+// consumer with filter f: its own topic when f matches it, else the queue's.
+func (f Filter) DeliveryTopic(subject string) (topic string, subjectMoved bool) {
+	if subject == "" || f.AllSubjects {
+		return TopicName(f.Queue, subject), false
+	}
+	return TopicName(f.Queue, ""), true
+}
