@@ -62,7 +62,7 @@ func newGroup(q *Queue, name string) *group {
 	g := &group{q: q, name: name, cursors: make([]*cursor, len(q.parts))}
 	for i, p := range q.parts {
 		g.cursors[i] = &cursor{g: g, p: p, floor: p.first, next: p.first,
-			settled: map[uint64]bool{}, counts: map[uint64]uint32{}}
+			settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}}
 	}
 	return g
 }
