@@ -49,6 +49,10 @@ type cliOptions struct {
 // was invalid) or ExitUsage. Results go to stdout; errors and usage to
 // stderr. A progress line is drawn on stdout when it is a terminal and
 // --json is not set.
+//
+// --json prints one Result object for a single run, {"a": [...]} for
+// several rounds against one broker, and a Comparison
+// ({"a", "b", "ratios", "ratio_median"}) with --vs.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -119,7 +123,11 @@ func runCompare(ctx context.Context, opts cliOptions, stdout, stderr io.Writer) 
 		OnResult: func(side string, round int, r *Result) {
 			clearProgress(stdout, opts.cfg.Progress)
 			if !opts.json {
-				fmt.Fprintf(stdout, "round %d %s: %s  %s msgs/s\n", round, side, r.Broker, throughputText(r))
+				tp := r.Status
+				if r.Throughput != nil {
+					tp = count(int64(*r.Throughput)) + " msgs/s"
+				}
+				fmt.Fprintf(stdout, "round %d %s: %s  %s\n", round, side, r.Broker, tp)
 			}
 		},
 	})
@@ -150,6 +158,7 @@ func runCompare(ctx context.Context, opts cliOptions, stdout, stderr io.Writer) 
 // flags.
 func parseArgs(args []string, stderr io.Writer) (cliOptions, error) {
 	cfg := DefaultConfig()
+	cfg.Scenario = "" // required on the command line
 	opts := cliOptions{}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -169,7 +178,7 @@ func parseArgs(args []string, stderr io.Writer) (cliOptions, error) {
 	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured publishing time, after the warm-up")
 	fs.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "publishing time excluded from the figures")
 	fs.IntVar(&opts.rounds, "rounds", 0, "runs per broker (default 3 with --vs, else 1)")
-	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "distinct `key` user properties over all producers")
+	fs.IntVar(&cfg.Keys, "keys", cfg.Keys, "distinct values of the key user property, over all producers")
 	fs.BoolVar(&cfg.OrderingCheck, "ordering-check", false, "a run with per-key reordering is invalid")
 	fs.BoolVar(&opts.json, "json", false, "print JSON instead of tables")
 	fs.IntVar(&cfg.Messages, "messages", 0, "total messages to publish (0: for --duration); backlog fill size")
@@ -248,9 +257,13 @@ func isTerminal(w io.Writer) bool {
 // progressLine redraws one status line on w with a carriage return.
 func progressLine(w io.Writer) func(Progress) {
 	return func(p Progress) {
-		fmt.Fprintf(w, "\r%6.1fs  sent %s/s  recv %s/s  p99 %.3f ms  sent %s  recv %s\x1b[K",
+		p99 := "-" // nothing measured yet: still warming up
+		if p.P99 > 0 {
+			p99 = fmt.Sprintf("%.3f ms", float64(p.P99)/float64(time.Millisecond))
+		}
+		fmt.Fprintf(w, "\r%6.1fs  %s sent/s  %s recv/s  p99 %s  total %s sent, %s recv\x1b[K",
 			p.Elapsed.Seconds(), count(int64(p.SendRate)), count(int64(p.ReceiveRate)),
-			float64(p.P99)/float64(time.Millisecond), count(p.Sent), count(p.Received))
+			p99, count(p.Sent), count(p.Received))
 	}
 }
 

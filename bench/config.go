@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -47,7 +48,8 @@ type Config struct {
 	// QoS of publishes and subscriptions.
 	QoS byte `yaml:"qos"`
 	// Window is the number of unacknowledged publishes a producer keeps in
-	// flight.
+	// flight. QoS 0 publishes are never acknowledged: the window does not
+	// hold them back, only Rate does.
 	Window int `yaml:"window"`
 	// Rate is the total publish rate over all producers in messages per
 	// second; 0 publishes as fast as the window allows.
@@ -135,6 +137,8 @@ func (c Config) Validate() error {
 		return bad("scenario %q: want one of %v", c.Scenario, Scenarios)
 	case c.Broker == "":
 		return bad("broker: empty address")
+	case !validHostPort(c.Broker):
+		return bad("broker %q: want HOST:PORT", c.Broker)
 	case c.Producers < 1:
 		return bad("producers %d: want at least 1", c.Producers)
 	case c.Scenario.consumes() && c.Consumers < 1:
@@ -172,6 +176,11 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+func validHostPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port != ""
 }
 
 func (s Scenario) valid() bool {

@@ -139,6 +139,9 @@ func (h *Histogram) Percentile(q float64) time.Duration {
 	for i := range h.counts {
 		seen += h.counts[i].Load()
 		if seen >= rank {
+			if i == len(h.counts)-1 { // holds everything above maxTrackable
+				return time.Duration(max) * time.Microsecond
+			}
 			return time.Duration(min(bucketHigh(i), max)) * time.Microsecond
 		}
 	}

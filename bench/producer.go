@@ -68,12 +68,12 @@ func connect(ctx context.Context, cfg *Config, cc paho.ClientConfig, cp *paho.Co
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", cfg.Broker)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", cfg.Broker, err)
+		return nil, err // names the address already
 	}
 	cc.Conn = conn
 	c := paho.NewClient(cc)
 	if _, err := c.Connect(ctx, cp); err != nil { // closes conn on failure
-		return nil, fmt.Errorf("connect %s: %w", cfg.Broker, err)
+		return nil, fmt.Errorf("mqtt connect to %s: %w", cfg.Broker, err)
 	}
 	return c, nil
 }
@@ -150,8 +150,10 @@ func (p *producer) produce(ctx, stop context.Context, count uint64) error {
 			return fmt.Errorf("producer %d: publish #%d: %w", p.id, seq, err)
 		}
 		p.ledger.Sent()
-		if p.cfg.QoS == 0 { // nothing will come back: written is as acked as it gets
-			p.settled(h, 0)
+		if p.cfg.QoS == 0 { // nothing comes back: written is as acknowledged as it gets
+			p.ledger.Acked(p.id, seq)
+			p.meter.written(time.Now().UnixNano())
+			<-p.window
 		}
 	}
 	return nil
@@ -173,8 +175,8 @@ func (p *producer) flush(ctx context.Context) error {
 	return nil
 }
 
-// settled is called once per publish with its acknowledgement reason code
-// (from the client's reading goroutine, or from produce for QoS 0).
+// settled is called once per QoS 1 or 2 publish with its acknowledgement
+// reason code, from the client's reading goroutine.
 func (p *producer) settled(h header, reason byte) {
 	now := time.Now().UnixNano()
 	if reason < 0x80 {

@@ -127,8 +127,11 @@ func (r *Result) WriteText(w io.Writer) error {
 	p("messages\tsent %s  acked %s  received %s  missing %s", count(r.Sent), count(r.Acked), count(r.Received), count(r.Missing))
 	p("\tduplicates %s  redelivered %s  reordered %s", count(r.Duplicates), count(r.Redeliveries), count(r.Reordered))
 	if r.Rejected > 0 || r.Unacked > 0 || r.Foreign > 0 || !r.Drained {
-		p("\trejected %s (last %s)  unacked %s  foreign %s  drained %t",
-			count(r.Rejected), r.LastRejectReason, count(r.Unacked), count(r.Foreign), r.Drained)
+		rejected := count(r.Rejected)
+		if r.LastRejectReason != "" {
+			rejected += " (last reason " + r.LastRejectReason + ")"
+		}
+		p("\trejected %s  unacked %s  foreign %s  drained %t", rejected, count(r.Unacked), count(r.Foreign), r.Drained)
 	}
 	return tw.Flush()
 }

@@ -120,7 +120,7 @@ func (b *Broker) Serve() error {
 	if b.mqttLn, err = net.Listen("tcp", b.cfg.MQTT); err != nil {
 		return fmt.Errorf("broker: mqtt listener: %w", err)
 	}
-	if err := b.server.AddListener(listeners.NewNet("mqtt", b.mqttLn)); err != nil {
+	if err := b.server.AddListener(listeners.NewNet("mqtt", deadlineListener{b.mqttLn, connectTimeout})); err != nil {
 		return err
 	}
 	if b.cfg.WS != "" {

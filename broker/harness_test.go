@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
+	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/shardq/shardq/broker"
 	"github.com/shardq/shardq/config"
 )
@@ -317,3 +318,19 @@ func payloads(n int, prefix string) [][]byte {
 }
 
 func hasPrefix(b []byte, p string) bool { return strings.HasPrefix(string(b), p) }
+
+// dialV3 connects an MQTT 3.1.1 client (paho.mqtt.golang).
+func dialV3(t *testing.T, addr, id string, edit func(*paho3.ClientOptions)) paho3.Client {
+	t.Helper()
+	o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
+		SetProtocolVersion(4).SetAutoReconnect(false).SetConnectRetry(false).SetCleanSession(true)
+	if edit != nil {
+		edit(o)
+	}
+	c := paho3.NewClient(o)
+	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("v3.1.1 connect %s: %v", id, tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	return c
+}

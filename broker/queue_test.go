@@ -2,11 +2,13 @@ package broker_test
 
 import (
 	"fmt"
+	"strings"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
+	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/shardq/shardq/config"
 	"github.com/shardq/shardq/queue"
 )
@@ -94,8 +96,8 @@ func TestQueueTwoGroupsEachGetEveryMessage(t *testing.T) {
 func TestQueueReceiveMaximumBoundsUnsettled(t *testing.T) {
 	b := startBroker(t, t.TempDir(), nil)
 	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
-	for _, p := range payloads(30, "r") {
-		prod.publish("$queue/jobs", p)
+	for i, p := range payloads(30, "r") {
+		prod.publish("$queue/jobs", p, "key", strconv.Itoa(i)) // distinct keys: no key waits for another
 	}
 	cons := dialRaw(t, b.MQTTAddr(), "slow", connectOpts{receiveMax: 5})
 	cons.subscribe(1, nil, "$queue/jobs")
@@ -121,8 +123,8 @@ func TestQueueReceiveMaximumBoundsUnsettled(t *testing.T) {
 func TestQueueDisconnectReturnsMessagesAtOnce(t *testing.T) {
 	b := startBroker(t, t.TempDir(), func(c *config.Config) { c.Queues.Defaults.AckTimeout = time.Hour })
 	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
-	for _, p := range payloads(3, "d") {
-		prod.publish("$queue/work", p)
+	for i, p := range payloads(3, "d") {
+		prod.publish("$queue/work", p, "key", strconv.Itoa(i))
 	}
 	first := dialRaw(t, b.MQTTAddr(), "first", connectOpts{})
 	first.subscribe(1, nil, "$queue/work")
@@ -300,7 +302,7 @@ func TestQueueKeyOrderUnderNacksTimeoutsAndDisconnects(t *testing.T) {
 func TestQueueRejectsInvalidTopicsAndFilters(t *testing.T) {
 	b := startBroker(t, t.TempDir(), nil)
 	c := dialRaw(t, b.MQTTAddr(), "v5", connectOpts{})
-	for _, topic := range []string{"$queue/bad name", "$queue/" + string(make([]byte, 129)), "$queue/q/$secret", "$queue/", "$queue/q/"} {
+	for _, topic := range []string{"$queue/bad name", "$queue/" + strings.Repeat("q", 129), "$queue/q/$secret", "$queue/", "$queue/q/"} {
 		if rc := c.publish(topic, []byte("x")); rc != 0x90 {
 			t.Errorf("publish to %q: reason %#x, want 0x90", topic, rc)
 		}
@@ -311,14 +313,18 @@ func TestQueueRejectsInvalidTopicsAndFilters(t *testing.T) {
 		}
 	}
 	// A v3.1.1 producer has no negative PUBACK: it is disconnected, not acknowledged.
-	v3 := dialRaw(t, b.MQTTAddr(), "v3", connectOpts{version: 4})
-	ch := v3.publishAsync("$queue/bad name", []byte("x"))
+	lost := make(chan error, 1)
+	v3 := dialV3(t, b.MQTTAddr(), "v3", func(o *paho3.ClientOptions) {
+		o.SetConnectionLostHandler(func(_ paho3.Client, err error) { lost <- err })
+	})
+	tok := v3.Publish("$queue/bad name", 1, false, "x")
 	select {
-	case a := <-ch:
-		t.Fatalf("v3.1.1 producer acknowledged with %#x", a.ReasonCode)
-	case <-v3.closed:
+	case <-lost:
 	case <-time.After(5 * time.Second):
-		t.Fatal("v3.1.1 producer neither disconnected nor acknowledged")
+		t.Fatal("v3.1.1 producer not disconnected")
+	}
+	if tok.WaitTimeout(time.Second) && tok.Error() == nil {
+		t.Fatal("v3.1.1 publish to an invalid queue completed as if acknowledged")
 	}
 	// Nothing was stored by any of it.
 	for _, q := range b.Manager().Queues() {
@@ -367,8 +373,8 @@ func TestQueueRestartKeepsMessagesAndGroupState(t *testing.T) {
 	dir := t.TempDir()
 	b := startBroker(t, dir, nil)
 	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
-	for _, p := range payloads(10, "s") {
-		prod.publish("$queue/keep", p)
+	for i, p := range payloads(10, "s") {
+		prod.publish("$queue/keep", p, "key", strconv.Itoa(i))
 	}
 	cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
 	cons.subscribe(1, nil, "$queue/keep")

@@ -25,7 +25,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:1884", "TCP listen address")
-	verbose := flag.Bool("v", false, "log every connection (info level)")
+	verbose := flag.Bool("v", false, "log connections and warnings (default: errors only)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -38,7 +38,7 @@ func main() {
 
 // run serves MQTT on addr until ctx ends.
 func run(ctx context.Context, addr string, verbose bool) error {
-	level := slog.LevelWarn
+	level := slog.LevelError // mochi warns once per dropped message: costly under overload
 	if verbose {
 		level = slog.LevelInfo
 	}

@@ -1,0 +1,79 @@
+// Package badger implements the queue's storage seams (queue.Store,
+// queue.Shard) on github.com/dgraph-io/badger/v4.
+//
+// # Shards and the data directory
+//
+// A Store is a fixed number of shards, each its own Badger database in
+// dir/shard-NN (NN is the shard index in two digits, from 00). The queue
+// places every partition, with its messages and the state of every group on
+// it, in exactly one shard, chosen by hash: the shard count is therefore
+// fixed for a data directory. The first Open records it in dir/SHARDS; an
+// Open asking for another count fails with ErrShardCountChanged, and moving
+// a directory to another count is a migration (shardq migrate-shards), not
+// a restart.
+//
+//	st, err := badger.Open("/var/lib/shardq", badger.DefaultOptions())
+//	if err != nil {
+//		return err
+//	}
+//	defer st.Close()
+//	shard := st.Shards()[0]
+//	err = shard.Write(&queue.Batch{Appends: []queue.Append{
+//		{Queue: "orders", Partition: 3, Message: &queue.Message{Offset: 0, Payload: p}},
+//	}}, true)
+//
+// # Durability
+//
+// Every shard runs with Badger's SyncWrites on: a Write commits one Badger
+// transaction and the commit fsyncs the memtable's write-ahead log and the
+// value log before it returns. A Write that returns nil is on stable storage
+// whatever its sync flag says; Sync has nothing left to do but is honoured.
+// The queue's committer batches many requests into one Write, so one fsync
+// covers many messages.
+//
+// SyncWrites is not made optional on purpose: with it off, Badger syncs only
+// the active memtable's log on DB.Sync, and a memtable rotated since the last
+// sync could lose older writes while a newer, synced one survives.
+//
+// A Write is one transaction unless it is larger than Badger allows (15% of
+// MemTableSize, see Options): it is then committed in several parts, each
+// atomic on its own. The queue's committer keeps batches far below that.
+//
+// # Key layout
+//
+// Integers in keys are big-endian and fixed width, so keys sort by partition
+// and then offset. A variable-length name is followed by 0x00, which neither
+// queue nor group names may contain, unless it ends the key: so the prefix
+// of a partition's messages, or of one group's marks, matches no key of
+// another queue or group (queue "a" and "a.b", group "g" and "g1"). Keys
+// that end with a name (floors, queue meta) are only read exactly or all
+// together.
+//
+//	m 0x00 {queue} 0x00 {partition u32} {offset u64}           message record
+//	l 0x00 {queue} 0x00 {partition u32}                        low watermark u64
+//	g 0x00 {queue} 0x00 {partition u32} {group}                ack floor u64
+//	s 0x00 {queue} 0x00 {partition u32} {group} 0x00 {offset u64}  settled, empty value
+//	r 0x00 {queue} 0x00 {partition u32} {group} 0x00 {offset u64}  ended deliveries u32
+//	q 0x00 {queue}                                             queue meta (JSON)
+//
+// The low watermark is the highest RangeDelete.To so far. Bounds returns
+// first = max(watermark, first message) and next = max(last message + 1,
+// watermark), so next never goes back when every message is deleted.
+//
+// A message record (EncodeMessage) starts with a version byte; times are
+// kept to the millisecond. The record does not hold the offset: the key does.
+//
+// # Errors
+//
+// Errors wrap the sentinels of errors.go; test them with errors.Is. A batch
+// with a write the key layout cannot hold (ErrInvalidWrite) is refused whole
+// before anything is written. A record that does not decode yields
+// ErrCorruptRecord. Badger's own errors are wrapped with the shard index.
+//
+// # Concurrency
+//
+// Each shard has one writer at a time (queue.Writer's contract); reads run
+// concurrently with it, each on its own Badger snapshot. Close waits for
+// operations in progress; later calls return ErrClosed. Each shard runs
+// value-log GC on a timer (Options.ValueLogGCInterval) until Close.
+package badger

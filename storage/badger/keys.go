@@ -1,0 +1,138 @@
+package badger
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Key kinds: the first byte of every key. See doc.go for the layout.
+const (
+	kindMessage  byte = 'm' // m 0 queue 0 partition offset -> message record
+	kindLow      byte = 'l' // l 0 queue 0 partition -> low watermark (u64)
+	kindFloor    byte = 'g' // g 0 queue 0 partition group -> ack floor (u64)
+	kindSettled  byte = 's' // s 0 queue 0 partition group 0 offset -> empty
+	kindDelivery byte = 'r' // r 0 queue 0 partition group 0 offset -> count (u32)
+	kindQueue    byte = 'q' // q 0 queue -> queue meta (JSON)
+
+	sep byte = 0x00 // ends every variable-length name
+)
+
+// checkQueue refuses queue names a key cannot hold unambiguously.
+func checkQueue(q string) error {
+	if q == "" || strings.IndexByte(q, sep) >= 0 {
+		return fmt.Errorf("%w: queue name %q", ErrInvalidWrite, q)
+	}
+	return nil
+}
+
+// checkGroup refuses group names holding the separator.
+func checkGroup(g string) error {
+	if strings.IndexByte(g, sep) >= 0 {
+		return fmt.Errorf("%w: group name %q", ErrInvalidWrite, g)
+	}
+	return nil
+}
+
+// checkPartition returns p as the key's fixed-width u32.
+func checkPartition(p int) (uint32, error) {
+	if p < 0 || uint64(p) > math.MaxUint32 {
+		return 0, fmt.Errorf("%w: partition %d", ErrInvalidWrite, p)
+	}
+	return uint32(p), nil
+}
+
+// partitionPrefixLen is the length of appendPartitionPrefix's output.
+func partitionPrefixLen(q string) int { return 2 + len(q) + 1 + 4 }
+
+// appendPartitionPrefix appends kind 0 queue 0 partition: the prefix shared
+// by every key of that kind on the partition. No key of another queue or
+// partition starts with it: queue names hold no 0x00 and the partition is
+// fixed width.
+func appendPartitionPrefix(dst []byte, kind byte, q string, p uint32) []byte {
+	dst = append(dst, kind, sep)
+	dst = append(dst, q...)
+	dst = append(dst, sep)
+	return binary.BigEndian.AppendUint32(dst, p)
+}
+
+func partitionPrefix(kind byte, q string, p uint32) []byte {
+	return appendPartitionPrefix(make([]byte, 0, partitionPrefixLen(q)), kind, q, p)
+}
+
+// messageKeyLen is the length of a message key of queue q.
+func messageKeyLen(q string) int { return partitionPrefixLen(q) + 8 }
+
+// appendMessageKey appends the key of the message at off. Big-endian offsets
+// make keys sort by offset.
+func appendMessageKey(dst []byte, q string, p uint32, off uint64) []byte {
+	dst = appendPartitionPrefix(dst, kindMessage, q, p)
+	return binary.BigEndian.AppendUint64(dst, off)
+}
+
+func messageKey(q string, p uint32, off uint64) []byte {
+	return appendMessageKey(make([]byte, 0, messageKeyLen(q)), q, p, off)
+}
+
+func lowKey(q string, p uint32) []byte { return partitionPrefix(kindLow, q, p) }
+
+// floorKey is the partition's floor prefix followed by the group name; the
+// name ends the key, so it needs no separator.
+func floorKey(q string, p uint32, group string) []byte {
+	k := make([]byte, 0, partitionPrefixLen(q)+len(group))
+	k = appendPartitionPrefix(k, kindFloor, q, p)
+	return append(k, group...)
+}
+
+// markPrefix is the prefix of every settle (kindSettled) or delivery
+// (kindDelivery) mark of one group on a partition.
+func markPrefix(kind byte, q string, p uint32, group string) []byte {
+	k := make([]byte, 0, partitionPrefixLen(q)+len(group)+1+8)
+	k = appendPartitionPrefix(k, kind, q, p)
+	k = append(k, group...)
+	return append(k, sep)
+}
+
+func markKey(kind byte, q string, p uint32, group string, off uint64) []byte {
+	return binary.BigEndian.AppendUint64(markPrefix(kind, q, p, group), off)
+}
+
+func queueKey(q string) []byte {
+	k := make([]byte, 0, 2+len(q))
+	k = append(k, kindQueue, sep)
+	return append(k, q...)
+}
+
+// queuePrefix is the prefix of every queue meta key.
+var queuePrefix = []byte{kindQueue, sep}
+
+// keyOffset returns the offset that ends a message or mark key.
+func keyOffset(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(k)-8:]) }
+
+// splitMarkKey splits the part of a mark key after its partition prefix
+// into group name and offset.
+func splitMarkKey(rest []byte) (group string, off uint64, ok bool) {
+	if len(rest) < 9 || rest[len(rest)-9] != sep {
+		return "", 0, false
+	}
+	return string(rest[:len(rest)-9]), keyOffset(rest), true
+}
+
+// putU64 and putU32 encode values of floor, watermark and delivery keys.
+func putU64(v uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), v) }
+func putU32(v uint32) []byte { return binary.BigEndian.AppendUint32(make([]byte, 0, 4), v) }
+
+func getU64(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("%w: %d-byte value where 8 bytes were expected", ErrCorruptRecord, len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+func getU32(b []byte) (uint32, error) {
+	if len(b) != 4 {
+		return 0, fmt.Errorf("%w: %d-byte value where 4 bytes were expected", ErrCorruptRecord, len(b))
+	}
+	return binary.BigEndian.Uint32(b), nil
+}

@@ -1,0 +1,602 @@
+package badger
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bdg "github.com/dgraph-io/badger/v4"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// deleteChunk is how many keys a range or prefix delete collects with one
+// iterator before it deletes them.
+const deleteChunk = 4096
+
+// Shard is one Badger database holding whole partitions. Write must be
+// called by one goroutine at a time; every other method is safe from any
+// goroutine, concurrently with Write. Reads see the batches committed when
+// they start.
+type Shard struct {
+	id  int
+	db  *bdg.DB
+	log *slog.Logger
+
+	mu     sync.RWMutex // held shared by every operation, exclusively by close
+	closed bool
+
+	splits atomic.Int64 // commits past the first caused by ErrTxnTooBig
+}
+
+// acquire lets an operation run on an open shard. The caller must call
+// s.mu.RUnlock when acquire returns nil.
+func (s *Shard) acquire() error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// Write applies b in one Badger transaction committed once; SyncWrites
+// makes the commit fsync, so the batch is durable when Write returns nil
+// whatever sync says. The writes apply in the order Queues, Appends,
+// Deletes, Floors, Marks, Deliveries, DropGroups, and in slice order within
+// each. A batch larger than one Badger transaction (15% of MemTableSize)
+// is committed in several parts: each part is atomic, the batch is not.
+func (s *Shard) Write(b *queue.Batch, sync bool) error {
+	if err := validateBatch(b); err != nil {
+		return err
+	}
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	w := &txnWriter{db: s.db, txn: s.db.NewTransaction(true)}
+	defer w.discard()
+	err := s.apply(w, b)
+	if err == nil {
+		err = w.commit()
+	}
+	if err != nil {
+		return fmt.Errorf("storage: shard %d: write: %w", s.id, err)
+	}
+	if w.parts > 1 {
+		s.splits.Add(int64(w.parts - 1))
+		s.log.Debug("batch committed in parts", "parts", w.parts, "writes", b.Len())
+	}
+	return nil
+}
+
+// apply adds the writes of b to w. b is valid.
+func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
+	for _, q := range b.Queues {
+		v, err := EncodeQueueMeta(q)
+		if err == nil {
+			err = w.set(queueKey(q.Name), v)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := applyAppends(w, b.Appends); err != nil {
+		return err
+	}
+	for _, r := range b.Deletes {
+		if err := deleteRange(w, r); err != nil {
+			return err
+		}
+	}
+	for _, f := range b.Floors {
+		if err := w.set(floorKey(f.Queue, uint32(f.Partition), f.Group), putU64(f.Floor)); err != nil {
+			return err
+		}
+	}
+	for _, m := range b.Marks {
+		k := markKey(kindSettled, m.Queue, uint32(m.Partition), m.Group, m.Offset)
+		var err error
+		if m.Set {
+			err = w.set(k, nil)
+		} else {
+			err = w.del(k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, d := range b.Deliveries {
+		k := markKey(kindDelivery, d.Queue, uint32(d.Partition), d.Group, d.Offset)
+		var err error
+		if d.Count == 0 {
+			err = w.del(k)
+		} else {
+			err = w.set(k, putU32(d.Count))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, g := range b.DropGroups {
+		p := uint32(g.Partition)
+		err := w.del(floorKey(g.Queue, p, g.Group))
+		if err == nil {
+			err = deletePrefix(w, markPrefix(kindSettled, g.Queue, p, g.Group))
+		}
+		if err == nil {
+			err = deletePrefix(w, markPrefix(kindDelivery, g.Queue, p, g.Group))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyAppends encodes every key and record of the appends into two
+// buffers, two allocations per batch rather than two per message: the
+// transaction holds on to the slices until it commits.
+func applyAppends(w *txnWriter, appends []queue.Append) error {
+	var keyLen, valLen int
+	for _, a := range appends {
+		keyLen += messageKeyLen(a.Queue)
+		valLen += recordSizeHint(a.Message)
+	}
+	keys := make([]byte, 0, keyLen)
+	vals := make([]byte, 0, valLen)
+	for _, a := range appends {
+		k0, v0 := len(keys), len(vals)
+		keys = appendMessageKey(keys, a.Queue, uint32(a.Partition), a.Message.Offset)
+		vals = appendMessage(vals, a.Message)
+		if err := w.set(keys[k0:len(keys):len(keys)], vals[v0:len(vals):len(vals)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteRange deletes the messages in [r.From, r.To) and raises the low
+// watermark to r.To. It sees the appends of its own batch.
+func deleteRange(w *txnWriter, r queue.RangeDelete) error {
+	p := uint32(r.Partition)
+	if r.From < r.To {
+		prefix := partitionPrefix(kindMessage, r.Queue, p)
+		if err := deleteKeys(w, prefix, messageKey(r.Queue, p, r.From), messageKey(r.Queue, p, r.To)); err != nil {
+			return err
+		}
+	}
+	lk := lowKey(r.Queue, p)
+	low, found, err := getUint64(w.txn, lk)
+	if err != nil || (found && low >= r.To) {
+		return err
+	}
+	return w.set(lk, putU64(r.To))
+}
+
+// deletePrefix deletes every key starting with prefix.
+func deletePrefix(w *txnWriter, prefix []byte) error {
+	return deleteKeys(w, prefix, prefix, nil)
+}
+
+// deleteKeys deletes the keys with the prefix from start up to end
+// (excluded; nil for no end), deleteChunk keys per iterator: an iterator
+// must be closed before a part of the batch is committed.
+func deleteKeys(w *txnWriter, prefix, start, end []byte) error {
+	for {
+		keys := collectKeys(w.txn, prefix, start, end)
+		for _, k := range keys {
+			if err := w.del(k); err != nil {
+				return err
+			}
+		}
+		if len(keys) < deleteChunk {
+			return nil
+		}
+		// The smallest key after the last one.
+		start = append(bytes.Clone(keys[len(keys)-1]), 0)
+	}
+}
+
+func collectKeys(txn *bdg.Txn, prefix, start, end []byte) [][]byte {
+	it := txn.NewIterator(bdg.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	var keys [][]byte
+	for it.Seek(start); it.Valid() && len(keys) < deleteChunk; it.Next() {
+		item := it.Item()
+		if end != nil && bytes.Compare(item.Key(), end) >= 0 {
+			break
+		}
+		keys = append(keys, item.KeyCopy(nil))
+	}
+	return keys
+}
+
+// getUint64 reads an 8-byte value; found is false when the key is absent.
+func getUint64(txn *bdg.Txn, key []byte) (v uint64, found bool, err error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, bdg.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err == nil {
+		err = item.Value(func(b []byte) error {
+			v, err = getU64(b)
+			return err
+		})
+	}
+	return v, err == nil, err
+}
+
+// txnWriter adds writes to a Badger transaction and, when the transaction
+// is full, commits it and goes on in a new one.
+type txnWriter struct {
+	db    *bdg.DB
+	txn   *bdg.Txn
+	parts int // transactions committed
+}
+
+func (w *txnWriter) set(k, v []byte) error {
+	err := w.txn.Set(k, v)
+	if errors.Is(err, bdg.ErrTxnTooBig) {
+		if err = w.next(); err == nil {
+			err = w.txn.Set(k, v)
+		}
+	}
+	return err
+}
+
+func (w *txnWriter) del(k []byte) error {
+	err := w.txn.Delete(k)
+	if errors.Is(err, bdg.ErrTxnTooBig) {
+		if err = w.next(); err == nil {
+			err = w.txn.Delete(k)
+		}
+	}
+	return err
+}
+
+// next commits the full transaction and starts another.
+func (w *txnWriter) next() error {
+	if err := w.commit(); err != nil {
+		return err
+	}
+	w.txn = w.db.NewTransaction(true)
+	return nil
+}
+
+func (w *txnWriter) commit() error {
+	w.parts++
+	return w.txn.Commit()
+}
+
+// discard ends the transaction; it does nothing after a commit.
+func (w *txnWriter) discard() { w.txn.Discard() }
+
+// Sync syncs the shard's write-ahead and value logs. With SyncWrites on,
+// every Write already did.
+func (s *Shard) Sync() error {
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	if err := s.db.Sync(); err != nil {
+		return fmt.Errorf("storage: shard %d: sync: %w", s.id, err)
+	}
+	return nil
+}
+
+// Read returns up to max messages of the partition with from <= offset < to,
+// in offset order.
+func (s *Shard) Read(q string, partition int, from, to uint64, max int) ([]*queue.Message, error) {
+	p, err := checkRef(q, "", partition)
+	if err != nil || max <= 0 || from >= to {
+		return nil, err
+	}
+	if err := s.acquire(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	txn := s.db.NewTransaction(false)
+	defer txn.Discard()
+	opts := bdg.DefaultIteratorOptions
+	opts.Prefix = partitionPrefix(kindMessage, q, p)
+	opts.PrefetchValues = max > 1
+	opts.PrefetchSize = min(max, opts.PrefetchSize)
+	it := txn.NewIterator(opts)
+	defer it.Close()
+	out := make([]*queue.Message, 0, min(max, 64))
+	for it.Seek(messageKey(q, p, from)); it.Valid() && len(out) < max; it.Next() {
+		item := it.Item()
+		off := keyOffset(item.Key())
+		if off >= to {
+			break
+		}
+		var m *queue.Message
+		err := item.Value(func(v []byte) (err error) {
+			m, err = DecodeMessage(v, off)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("storage: shard %d: read %s/%d: %w", s.id, q, p, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// Bounds returns max(low watermark, first offset) and max(last offset + 1,
+// low watermark), from one snapshot.
+func (s *Shard) Bounds(q string, partition int) (first, next uint64, err error) {
+	p, err := checkRef(q, "", partition)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := s.acquire(); err != nil {
+		return 0, 0, err
+	}
+	defer s.mu.RUnlock()
+	txn := s.db.NewTransaction(false)
+	defer txn.Discard()
+	low, _, err := getUint64(txn, lowKey(q, p))
+	if err != nil {
+		return 0, 0, fmt.Errorf("storage: shard %d: low watermark of %s/%d: %w", s.id, q, p, err)
+	}
+	prefix := partitionPrefix(kindMessage, q, p)
+	firstKey, ok := edgeKey(txn, prefix, prefix, false)
+	if !ok {
+		return low, low, nil
+	}
+	lastKey, _ := edgeKey(txn, prefix, messageKey(q, p, math.MaxUint64), true)
+	first = max(low, keyOffset(firstKey))
+	if last := keyOffset(lastKey); last < math.MaxUint64 {
+		next = max(low, last+1)
+	} else {
+		next = math.MaxUint64
+	}
+	return first, next, nil
+}
+
+// edgeKey returns the first key with the prefix at or after seek, or with
+// reverse the last at or before it.
+func edgeKey(txn *bdg.Txn, prefix, seek []byte, reverse bool) ([]byte, bool) {
+	it := txn.NewIterator(bdg.IteratorOptions{Prefix: prefix, Reverse: reverse})
+	defer it.Close()
+	it.Seek(seek)
+	if !it.Valid() {
+		return nil, false
+	}
+	return it.Item().KeyCopy(nil), true
+}
+
+// Queues returns the queue metadata the shard holds, sorted by name.
+func (s *Shard) Queues() ([]queue.QueueMeta, error) {
+	if err := s.acquire(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	txn := s.db.NewTransaction(false)
+	defer txn.Discard()
+	var out []queue.QueueMeta
+	err := scan(txn, queuePrefix, true, func(_, v []byte) error {
+		m, err := DecodeQueueMeta(v)
+		out = append(out, m)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: shard %d: queues: %w", s.id, err)
+	}
+	return out, nil
+}
+
+// Groups returns the state of every group on the partition, sorted by
+// group name, from one snapshot.
+func (s *Shard) Groups(q string, partition int) ([]queue.GroupState, error) {
+	p, err := checkRef(q, "", partition)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.acquire(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	txn := s.db.NewTransaction(false)
+	defer txn.Discard()
+
+	groups, err := scanGroups(txn, q, p)
+	if err != nil {
+		return nil, fmt.Errorf("storage: shard %d: groups of %s/%d: %w", s.id, q, p, err)
+	}
+	out := make([]queue.GroupState, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, *g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return out, nil
+}
+
+// scanGroups reads the floors and marks of every group on a partition.
+func scanGroups(txn *bdg.Txn, q string, p uint32) (map[string]*queue.GroupState, error) {
+	groups := map[string]*queue.GroupState{}
+	group := func(name string) *queue.GroupState {
+		g := groups[name]
+		if g == nil {
+			g = &queue.GroupState{Group: name}
+			groups[name] = g
+		}
+		return g
+	}
+	prefix := partitionPrefix(kindFloor, q, p)
+	err := scan(txn, prefix, true, func(k, v []byte) error {
+		floor, err := getU64(v)
+		group(string(k[len(prefix):])).Floor = floor
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Mark keys sort by group, then offset: Settled comes out sorted.
+	prefix = partitionPrefix(kindSettled, q, p)
+	err = scan(txn, prefix, false, func(k, _ []byte) error {
+		name, off, ok := splitMarkKey(k[len(prefix):])
+		if !ok {
+			return fmt.Errorf("%w: settle mark key %q", ErrCorruptRecord, k)
+		}
+		g := group(name)
+		g.Settled = append(g.Settled, off)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	prefix = partitionPrefix(kindDelivery, q, p)
+	err = scan(txn, prefix, true, func(k, v []byte) error {
+		name, off, ok := splitMarkKey(k[len(prefix):])
+		if !ok {
+			return fmt.Errorf("%w: delivery mark key %q", ErrCorruptRecord, k)
+		}
+		n, err := getU32(v)
+		g := group(name)
+		if g.Deliveries == nil {
+			g.Deliveries = map[uint64]uint32{}
+		}
+		g.Deliveries[off] = n
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return groups, nil
+}
+
+// scan calls fn for every key with the prefix, in key order, with its value
+// when values is set. key and value are valid only during the call.
+func scan(txn *bdg.Txn, prefix []byte, values bool, fn func(key, value []byte) error) error {
+	opts := bdg.DefaultIteratorOptions
+	opts.Prefix = prefix
+	opts.PrefetchValues = values
+	it := txn.NewIterator(opts)
+	defer it.Close()
+	for it.Seek(prefix); it.Valid(); it.Next() {
+		item := it.Item()
+		var err error
+		if values {
+			err = item.Value(func(v []byte) error { return fn(item.Key(), v) })
+		} else {
+			err = fn(item.Key(), nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gcLoop runs value-log GC every interval until stop is closed.
+func (s *Shard) gcLoop(interval time.Duration, ratio float64, stop <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			s.runGC(ratio, stop)
+		}
+	}
+}
+
+// runGC rewrites value-log files until none is worth it.
+func (s *Shard) runGC(ratio float64, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		err := s.db.RunValueLogGC(ratio)
+		switch {
+		case err == nil:
+			s.log.Debug("value log file rewritten")
+		case errors.Is(err, bdg.ErrNoRewrite), errors.Is(err, bdg.ErrRejected):
+			return
+		default:
+			s.log.Warn("value log GC failed", "err", err)
+			return
+		}
+	}
+}
+
+// close closes the database once no operation is running.
+func (s *Shard) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("storage: closing shard %d: %w", s.id, err)
+	}
+	return nil
+}
+
+// checkRef validates the names and partition of one write or read.
+func checkRef(q, group string, partition int) (uint32, error) {
+	if err := checkQueue(q); err != nil {
+		return 0, err
+	}
+	if err := checkGroup(group); err != nil {
+		return 0, err
+	}
+	return checkPartition(partition)
+}
+
+// validateBatch checks every write of b before any is applied, so that an
+// invalid batch changes nothing.
+func validateBatch(b *queue.Batch) error {
+	for _, q := range b.Queues {
+		if err := checkQueue(q.Name); err != nil {
+			return err
+		}
+	}
+	for _, a := range b.Appends {
+		if _, err := checkRef(a.Queue, "", a.Partition); err != nil {
+			return err
+		}
+		if a.Message == nil {
+			return fmt.Errorf("%w: nil message for %s/%d", ErrInvalidWrite, a.Queue, a.Partition)
+		}
+	}
+	for _, r := range b.Deletes {
+		if _, err := checkRef(r.Queue, "", r.Partition); err != nil {
+			return err
+		}
+	}
+	for _, f := range b.Floors {
+		if _, err := checkRef(f.Queue, f.Group, f.Partition); err != nil {
+			return err
+		}
+	}
+	for _, m := range b.Marks {
+		if _, err := checkRef(m.Queue, m.Group, m.Partition); err != nil {
+			return err
+		}
+	}
+	for _, d := range b.Deliveries {
+		if _, err := checkRef(d.Queue, d.Group, d.Partition); err != nil {
+			return err
+		}
+	}
+	for _, g := range b.DropGroups {
+		if _, err := checkRef(g.Queue, g.Group, g.Partition); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package badger
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	bdg "github.com/dgraph-io/badger/v4"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// shardsFile names the file in the data directory that records the shard
+// count.
+const shardsFile = "SHARDS"
+
+// Store is a node's storage: Shards independent Badger databases under one
+// data directory. It is safe for concurrent use.
+type Store struct {
+	dir    string
+	shards []*Shard
+
+	stop      chan struct{} // closed by Close to end value-log GC
+	gc        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ queue.Store = (*Store)(nil)
+	_ queue.Shard = (*Shard)(nil)
+)
+
+// Open opens the store in dir, creating the directory and its shards on
+// first use. The shard count is recorded in dir/SHARDS; opening with
+// another count fails with an error wrapping ErrShardCountChanged.
+func Open(dir string, opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: creating data dir: %w", err)
+	}
+	if err := claimShardCount(dir, opts.Shards); err != nil {
+		return nil, err
+	}
+	s := &Store{dir: dir, stop: make(chan struct{})}
+	for i := range opts.Shards {
+		sh, err := openShard(i, shardDir(dir, i), opts)
+		if err != nil {
+			for _, open := range s.shards {
+				_ = open.close() // the open error is the one worth reporting
+			}
+			return nil, err
+		}
+		s.shards = append(s.shards, sh)
+	}
+	if opts.ValueLogGCInterval > 0 {
+		for _, sh := range s.shards {
+			s.gc.Go(func() { sh.gcLoop(opts.ValueLogGCInterval, opts.ValueLogGCDiscardRatio, s.stop) })
+		}
+	}
+	return s, nil
+}
+
+// Shards returns the store's shards, shard i at index i.
+func (s *Store) Shards() []queue.Shard {
+	out := make([]queue.Shard, len(s.shards))
+	for i, sh := range s.shards {
+		out[i] = sh
+	}
+	return out
+}
+
+// Shard returns shard i.
+func (s *Store) Shard(i int) *Shard { return s.shards[i] }
+
+// Dir returns the data directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Close stops value-log GC and closes every shard, waiting for reads and
+// writes in progress. Calls after the first return the first's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.gc.Wait()
+		var errs []error
+		for _, sh := range s.shards {
+			errs = append(errs, sh.close())
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// shardDir is dir/shard-NN.
+func shardDir(dir string, i int) string {
+	return filepath.Join(dir, fmt.Sprintf("shard-%02d", i))
+}
+
+// ShardCount returns the shard count recorded in a data directory. It
+// returns an error wrapping fs.ErrNotExist for a directory never opened.
+func ShardCount(dir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, shardsFile))
+	if err != nil {
+		return 0, fmt.Errorf("storage: reading shard count: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 1 || n > MaxShards {
+		return 0, fmt.Errorf("%w: %s holds %q, not a shard count", ErrBadDataDir, filepath.Join(dir, shardsFile), b)
+	}
+	return n, nil
+}
+
+// claimShardCount checks the recorded shard count against want, or records
+// want in a directory that has none yet.
+func claimShardCount(dir string, want int) error {
+	have, err := ShardCount(dir)
+	switch {
+	case err == nil && have != want:
+		return fmt.Errorf("%w: data dir %s has %d shards, config asks for %d; run shardq migrate-shards",
+			ErrShardCountChanged, dir, have, want)
+	case err == nil:
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	if existing, _ := filepath.Glob(filepath.Join(dir, "shard-*")); len(existing) > 0 {
+		return fmt.Errorf("%w: %s has shard directories but no %s file", ErrBadDataDir, dir, shardsFile)
+	}
+	return writeFileSynced(dir, shardsFile, []byte(strconv.Itoa(want)+"\n"))
+}
+
+// writeFileSynced writes dir/name through a synced temporary file and a
+// rename, then syncs dir, so that the file is either whole or absent after
+// a crash.
+func writeFileSynced(dir, name string, data []byte) error {
+	tmp, err := os.CreateTemp(dir, name+".tmp*")
+	if err != nil {
+		return fmt.Errorf("storage: writing %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("storage: writing %s: %w", name, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// openShard opens one shard's Badger database.
+func openShard(i int, dir string, o Options) (*Shard, error) {
+	log := o.Logger.With("component", "badger", "shard", i)
+	db, err := bdg.Open(badgerOptions(dir, o, log))
+	if err != nil {
+		return nil, fmt.Errorf("storage: opening shard %d in %s: %w", i, dir, err)
+	}
+	return &Shard{id: i, db: db, log: log}, nil
+}
