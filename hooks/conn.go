@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"bytes"
 	"sync"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -76,9 +77,12 @@ func (c *conn) signalLocked() {
 
 // write is the writer goroutine: it sends the PUBACKs whose commits have
 // finished (in order) and the pending deliveries, then waits for more.
+// Everything ready at a wake-up is encoded into one buffer and written with
+// one system call.
 func (c *conn) write() {
 	var acks []packets.Packet
 	var outs []delivery
+	w := &wire{c: c}
 	for range c.wake {
 		c.mu.Lock()
 		if c.closed {
@@ -86,23 +90,35 @@ func (c *conn) write() {
 			c.mu.Unlock()
 			return
 		}
-		acks, stop := c.readyAcksLocked(acks[:0])
+		var stop error
+		acks, stop = c.readyAcksLocked(acks[:0])
 		outs = append(outs[:0], c.out...)
 		clear(c.out)
 		c.out = c.out[:0]
 		c.mu.Unlock()
 
-		for _, pk := range acks {
-			_ = c.cl.WritePacket(pk)
+		for i := range acks {
+			w.add(&acks[i])
+		}
+		var qos0 []*queue.Lease
+		for i := range outs {
+			if l := c.prepare(w, outs[i]); l != nil {
+				qos0 = append(qos0, l)
+			}
+			outs[i] = delivery{}
+		}
+		if err := w.flush(); err != nil {
+			c.h.log.Debug("write failed", "client", c.cl.ID, "err", err)
+		}
+		for range acks {
 			<-c.window
+		}
+		for _, l := range qos0 {
+			_ = l.Settle(queue.Ack)
 		}
 		if stop != nil {
 			c.h.log.Warn("disconnecting MQTT 3.1.1 producer: publish not stored", "client", c.cl.ID, "err", stop)
 			c.cl.Stop(stop)
-		}
-		for i := range outs {
-			c.send(outs[i])
-			outs[i] = delivery{}
 		}
 	}
 }
@@ -161,9 +177,6 @@ func (c *conn) close() {
 	close(c.done)
 	subs := c.subs
 	c.subs = map[string]*subscription{}
-	for id := range c.leases {
-		c.cl.State.Inflight.Delete(id)
-	}
 	clear(c.leases)
 	c.out = nil
 	c.signalLocked()
@@ -171,4 +184,52 @@ func (c *conn) close() {
 	for _, s := range subs {
 		s.consumer.Close()
 	}
+}
+
+// wire encodes packets for one client into a buffer and writes them with
+// one system call, under the client's lock like mochi's own WritePacket.
+type wire struct {
+	c   *conn
+	buf bytes.Buffer
+	tmp bytes.Buffer
+}
+
+// add encodes pk with the client's protocol settings. It reports false when
+// the packet is larger than the client accepts (its Maximum Packet Size).
+func (w *wire) add(pk *packets.Packet) bool {
+	cl := w.c.cl
+	pk.ProtocolVersion = cl.Properties.ProtocolVersion
+	pk.Mods.MaxSize = cl.Properties.Props.MaximumPacketSize
+	pk.Mods.AllowResponseInfo = true
+	if cl.Properties.Props.RequestProblemInfoFlag && cl.Properties.Props.RequestProblemInfo == 0 {
+		pk.Mods.DisallowProblemInfo = true
+	}
+	w.tmp.Reset()
+	var err error
+	switch pk.FixedHeader.Type {
+	case packets.Publish:
+		err = pk.PublishEncode(&w.tmp)
+	default:
+		err = pk.PubackEncode(&w.tmp)
+	}
+	if err != nil || (pk.Mods.MaxSize > 0 && uint32(w.tmp.Len()) > pk.Mods.MaxSize) {
+		return false
+	}
+	w.buf.Write(w.tmp.Bytes())
+	return true
+}
+
+func (w *wire) flush() error {
+	if w.buf.Len() == 0 {
+		return nil
+	}
+	cl := w.c.cl
+	defer w.buf.Reset()
+	if cl.Closed() || cl.Net.Conn == nil {
+		return mqtt.ErrConnectionClosed
+	}
+	cl.Lock()
+	defer cl.Unlock()
+	_, err := w.buf.WriteTo(cl.Net.Conn)
+	return err
 }

@@ -2,6 +2,7 @@ package hooks
 
 import (
 	"strconv"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -144,11 +145,18 @@ func (s *subscription) Deliver(d queue.Delivery) {
 	c.mu.Unlock()
 }
 
-// send writes one delivery. QoS 1 deliveries are leases: the packet ID is
-// recorded so the PUBACK can settle it, and reserved in mochi's inflight
-// table so mochi does not hand the same ID to another packet. QoS 0
-// deliveries are settled as they are sent.
-func (c *conn) send(dl delivery) {
+// prepare encodes one delivery into w. QoS 1 deliveries are leases: the
+// packet ID is recorded so the PUBACK can settle it. A QoS 0 delivery's
+// lease is returned: it is settled once written. A delivery larger than the
+// client's Maximum Packet Size can never reach it and is rejected (to the
+// dead-letter queue).
+//
+// The IDs come from mochi's counter (so mochi's own deliveries to the same
+// client skip past them) but are not put in mochi's inflight table: mochi
+// scans and sorts that table after every packet the client sends while it
+// is not empty, and its NextImmediate takes the table's read lock twice,
+// which deadlocks against a concurrent writer. See docs/DESIGN.md.
+func (c *conn) prepare(w *wire, dl delivery) (qos0 *queue.Lease) {
 	d, s := dl.d, dl.sub
 	m := d.Message
 	topic, moved := s.filter.DeliveryTopic(m.Subject)
@@ -159,34 +167,42 @@ func (c *conn) send(dl delivery) {
 	}
 	if c.v5 {
 		pk.Properties = deliveryProperties(d, moved)
-	}
-	if !m.ExpiresAt.IsZero() {
-		pk.Expiry = m.ExpiresAt.Unix()
+		if !m.ExpiresAt.IsZero() {
+			pk.Properties.MessageExpiryInterval = uint32(max(1, time.Until(m.ExpiresAt)/time.Second))
+		}
 	}
 	if s.qos > 0 {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return
+			return nil
 		}
 		id, ok := c.nextPacketIDLocked()
 		if !ok {
 			c.mu.Unlock()
 			c.h.log.Warn("no free packet ID; delivery returned", "client", c.cl.ID, "queue", d.Queue)
 			_ = d.Lease.Settle(queue.Nack)
-			return
+			return nil
 		}
 		pk.PacketID = id
 		c.leases[id] = d.Lease
-		c.cl.State.Inflight.Set(pk)
 		c.mu.Unlock()
 	}
-	if err := c.cl.WritePacket(pk); err != nil {
-		c.h.log.Debug("delivery not written", "client", c.cl.ID, "queue", d.Queue, "err", err)
+	if !w.add(&pk) {
+		c.h.log.Warn("delivery larger than the client accepts; rejected", "client", c.cl.ID, "queue", d.Queue,
+			"msg_id", d.ID(), "max_packet_size", c.cl.Properties.Props.MaximumPacketSize)
+		if s.qos > 0 {
+			c.mu.Lock()
+			delete(c.leases, pk.PacketID)
+			c.mu.Unlock()
+		}
+		_ = d.Lease.Settle(queue.Reject)
+		return nil
 	}
 	if s.qos == 0 {
-		_ = d.Lease.Settle(queue.Ack)
+		return d.Lease
 	}
+	return nil
 }
 
 // nextPacketIDLocked picks a packet ID free both in mochi's table and in

@@ -88,8 +88,8 @@ func (h *Hook) lookup(cl *mqtt.Client) *conn {
 }
 
 // OnSessionEstablish runs before mochi hands a taken-over session to the
-// new connection: the old connection's deliveries are released here so that
-// mochi does not resend them (shardq redelivers them itself).
+// new connection: the old connection's deliveries go back to their groups
+// here, before the new connection subscribes again.
 func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	h.mu.Lock()
 	old := h.byID[cl.ID]
