@@ -188,7 +188,9 @@ func (c *rawClient) read() {
 	}
 }
 
-func (c *rawClient) write(p interface{ WriteTo(io.Writer) (int64, error) }) {
+func (c *rawClient) write(p interface {
+	WriteTo(io.Writer) (int64, error)
+}) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if _, err := p.WriteTo(c.conn); err != nil {

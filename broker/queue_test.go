@@ -2,8 +2,8 @@ package broker_test
 
 import (
 	"fmt"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 

@@ -28,7 +28,7 @@ var (
 // StorageError wraps a storage engine's error; errors.Is(err, ErrStorage) holds.
 type StorageError struct{ Err error }
 
-func (e *StorageError) Error() string { return "queue: storage failure: " + e.Err.Error() }
+func (e *StorageError) Error() string   { return "queue: storage failure: " + e.Err.Error() }
 func (e *StorageError) Unwrap() []error { return []error{ErrStorage, e.Err} }
 
 func storageError(err error) error { return &StorageError{Err: err} }

@@ -34,10 +34,10 @@ type cursor struct {
 	settled map[uint64]bool // offset >= floor settled; true when marked on disk
 	next    uint64          // first offset never read for delivery
 
-	ready  readyHeap             // released messages, deliverable now, lowest offset first
-	keys   map[string]*keyState  // ordering key: keys with a message out
-	parked int                   // messages parked behind blocked keys
-	counts map[uint64]uint32     // ended deliveries of unsettled offsets, as on disk
+	ready  readyHeap            // released messages, deliverable now, lowest offset first
+	keys   map[string]*keyState // ordering key: keys with a message out
+	parked int                  // messages parked behind blocked keys
+	counts map[uint64]uint32    // ended deliveries of unsettled offsets, as on disk
 	leased int
 
 	ra       []*Message // read-ahead from storage covering [raFrom, raTo)
