@@ -56,7 +56,11 @@ func TestQueueKill9KeepsEveryAcknowledgedMessage(t *testing.T) {
 				}
 			}(w)
 		}
+		deadline := time.Now().Add(30 * time.Second)
 		for count.Load() < 2000 {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: only %d publishes acknowledged in 30s", round, count.Load())
+			}
 			time.Sleep(5 * time.Millisecond)
 		}
 		p.kill()
@@ -77,7 +81,7 @@ func TestQueueKill9KeepsEveryAcknowledgedMessage(t *testing.T) {
 			})
 			return n
 		}
-		deadline := time.Now().Add(60 * time.Second)
+		deadline = time.Now().Add(60 * time.Second)
 		for missing() > 0 {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: %d acknowledged messages missing after kill -9 (of %d)", round, missing(), count.Load())

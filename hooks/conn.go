@@ -1,11 +1,9 @@
 package hooks
 
 import (
-	"bytes"
 	"sync"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/shardq/shardq/queue"
 )
 
@@ -80,7 +78,7 @@ func (c *conn) signalLocked() {
 // Everything ready at a wake-up is encoded into one buffer and written with
 // one system call.
 func (c *conn) write() {
-	var acks []packets.Packet
+	var acks []ackOut
 	var outs []delivery
 	w := &wire{c: c}
 	for range c.wake {
@@ -97,8 +95,8 @@ func (c *conn) write() {
 		c.out = c.out[:0]
 		c.mu.Unlock()
 
-		for i := range acks {
-			w.add(&acks[i])
+		for _, a := range acks {
+			w.buf = appendPuback(w.buf, c.v5, a.id, a.code, w.reason(a.reason))
 		}
 		var qos0 []*queue.Lease
 		for i := range outs {
@@ -123,10 +121,17 @@ func (c *conn) write() {
 	}
 }
 
+// ackOut is a PUBACK ready to be written.
+type ackOut struct {
+	id     uint16
+	code   byte
+	reason string
+}
+
 // readyAcksLocked takes the PUBACKs that may be sent now: the finished
 // prefix of the producer's publishes. A failure of a v3.1.1 publish, which
 // has no negative PUBACK, stops there: the client is disconnected.
-func (c *conn) readyAcksLocked(dst []packets.Packet) ([]packets.Packet, error) {
+func (c *conn) readyAcksLocked(dst []ackOut) ([]ackOut, error) {
 	n := 0
 	var stop error
 	for n < len(c.acks) && c.acks[n].done {
@@ -135,19 +140,11 @@ func (c *conn) readyAcksLocked(dst []packets.Packet) ([]packets.Packet, error) {
 			stop = s.err
 			break
 		}
-		code := reasonFor(s.err)
+		a := ackOut{id: s.id, code: reasonFor(s.err).Code}
 		if s.err != nil {
-			code = withReason(code, s.err)
+			a.reason = s.err.Error()
 		}
-		pk := packets.Packet{
-			FixedHeader: packets.FixedHeader{Type: packets.Puback},
-			PacketID:    s.id,
-			ReasonCode:  code.Code,
-		}
-		if s.err != nil {
-			pk.Properties.ReasonString = code.Reason
-		}
-		dst = append(dst, pk)
+		dst = append(dst, a)
 		n++
 	}
 	clear(c.acks[:n])
@@ -186,50 +183,35 @@ func (c *conn) close() {
 	}
 }
 
-// wire encodes packets for one client into a buffer and writes them with
+// wire collects the encoded packets of one wake-up and writes them with
 // one system call, under the client's lock like mochi's own WritePacket.
 type wire struct {
-	c   *conn
-	buf bytes.Buffer
-	tmp bytes.Buffer
+	c     *conn
+	buf   []byte
+	props []byte
 }
 
-// add encodes pk with the client's protocol settings. It reports false when
-// the packet is larger than the client accepts (its Maximum Packet Size).
-func (w *wire) add(pk *packets.Packet) bool {
-	cl := w.c.cl
-	pk.ProtocolVersion = cl.Properties.ProtocolVersion
-	pk.Mods.MaxSize = cl.Properties.Props.MaximumPacketSize
-	pk.Mods.AllowResponseInfo = true
-	if cl.Properties.Props.RequestProblemInfoFlag && cl.Properties.Props.RequestProblemInfo == 0 {
-		pk.Mods.DisallowProblemInfo = true
+// reason returns a reason string unless the client asked for none
+// (MQTT 5 Request Problem Information 0).
+func (w *wire) reason(s string) string {
+	p := &w.c.cl.Properties.Props
+	if p.RequestProblemInfoFlag && p.RequestProblemInfo == 0 {
+		return ""
 	}
-	w.tmp.Reset()
-	var err error
-	switch pk.FixedHeader.Type {
-	case packets.Publish:
-		err = pk.PublishEncode(&w.tmp)
-	default:
-		err = pk.PubackEncode(&w.tmp)
-	}
-	if err != nil || (pk.Mods.MaxSize > 0 && uint32(w.tmp.Len()) > pk.Mods.MaxSize) {
-		return false
-	}
-	w.buf.Write(w.tmp.Bytes())
-	return true
+	return s
 }
 
 func (w *wire) flush() error {
-	if w.buf.Len() == 0 {
+	if len(w.buf) == 0 {
 		return nil
 	}
 	cl := w.c.cl
-	defer w.buf.Reset()
+	defer func() { w.buf = w.buf[:0] }()
 	if cl.Closed() || cl.Net.Conn == nil {
 		return mqtt.ErrConnectionClosed
 	}
 	cl.Lock()
 	defer cl.Unlock()
-	_, err := w.buf.WriteTo(cl.Net.Conn)
+	_, err := cl.Net.Conn.Write(w.buf)
 	return err
 }

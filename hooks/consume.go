@@ -160,16 +160,10 @@ func (c *conn) prepare(w *wire, dl delivery) (qos0 *queue.Lease) {
 	d, s := dl.d, dl.sub
 	m := d.Message
 	topic, moved := s.filter.DeliveryTopic(m.Subject)
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: s.qos, Dup: d.Count > 1},
-		TopicName:   topic,
-		Payload:     m.Payload,
-	}
+	h := publishHeader{v5: c.v5, qos: s.qos, dup: d.Count > 1, topic: topic}
 	if c.v5 {
-		pk.Properties = deliveryProperties(d, moved)
-		if !m.ExpiresAt.IsZero() {
-			pk.Properties.MessageExpiryInterval = uint32(max(1, time.Until(m.ExpiresAt)/time.Second))
-		}
+		w.props = appendDeliveryProps(w.props[:0], d, moved, time.Now())
+		h.props = w.props
 	}
 	if s.qos > 0 {
 		c.mu.Lock()
@@ -184,16 +178,19 @@ func (c *conn) prepare(w *wire, dl delivery) (qos0 *queue.Lease) {
 			_ = d.Lease.Settle(queue.Nack)
 			return nil
 		}
-		pk.PacketID = id
+		h.id = id
 		c.leases[id] = d.Lease
 		c.mu.Unlock()
 	}
-	if !w.add(&pk) {
+	before := len(w.buf)
+	w.buf = appendPublish(w.buf, h, m.Payload)
+	if max := c.cl.Properties.Props.MaximumPacketSize; max > 0 && len(w.buf)-before > int(max) {
+		w.buf = w.buf[:before]
 		c.h.log.Warn("delivery larger than the client accepts; rejected", "client", c.cl.ID, "queue", d.Queue,
 			"msg_id", d.ID(), "max_packet_size", c.cl.Properties.Props.MaximumPacketSize)
 		if s.qos > 0 {
 			c.mu.Lock()
-			delete(c.leases, pk.PacketID)
+			delete(c.leases, h.id)
 			c.mu.Unlock()
 		}
 		_ = d.Lease.Settle(queue.Reject)
@@ -218,46 +215,4 @@ func (c *conn) nextPacketIDLocked() (uint16, bool) {
 		}
 	}
 	return 0, false
-}
-
-// deliveryProperties are the MQTT 5 properties of a delivery: the
-// producer's own, then shardq's user properties.
-func deliveryProperties(d queue.Delivery, subjectMoved bool) packets.Properties {
-	m := d.Message
-	h := m.Headers
-	p := packets.Properties{
-		ContentType:     h.ContentType,
-		ResponseTopic:   h.ResponseTopic,
-		CorrelationData: h.CorrelationData,
-	}
-	if h.PayloadFormat > 0 {
-		p.PayloadFormat, p.PayloadFormatFlag = h.PayloadFormat-1, true
-	}
-	user := make([]packets.UserProperty, 0, len(h.User)+10)
-	for _, u := range h.User {
-		user = append(user, packets.UserProperty{Key: u.Name, Val: u.Value})
-	}
-	user = append(user,
-		packets.UserProperty{Key: "msg-id", Val: d.ID()},
-		packets.UserProperty{Key: "key", Val: m.Key},
-		packets.UserProperty{Key: "partition", Val: strconv.Itoa(d.Partition)},
-		packets.UserProperty{Key: "delivery-count", Val: strconv.FormatUint(uint64(d.Count), 10)},
-		packets.UserProperty{Key: "enqueued-at", Val: strconv.FormatInt(m.EnqueuedAt.UnixMilli(), 10)},
-	)
-	if subjectMoved {
-		user = append(user, packets.UserProperty{Key: "subject", Val: m.Subject})
-	}
-	if dl := m.DeadLetter; dl != nil {
-		user = append(user,
-			packets.UserProperty{Key: "dlq-reason", Val: dl.Reason},
-			packets.UserProperty{Key: "original-msg-id", Val: dl.OriginalID},
-			packets.UserProperty{Key: "original-topic", Val: dl.OriginalTopic},
-			packets.UserProperty{Key: "original-delivery-count", Val: strconv.FormatUint(uint64(dl.Deliveries), 10)},
-		)
-		if dl.Group != "" {
-			user = append(user, packets.UserProperty{Key: "original-group", Val: dl.Group})
-		}
-	}
-	p.User = user
-	return p
 }

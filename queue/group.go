@@ -34,6 +34,12 @@ type cursor struct {
 	settled map[uint64]bool // offset >= floor settled; true when marked on disk
 	next    uint64          // first offset never read for delivery
 
+	// Settlements not yet persisted (see flushStateLocked).
+	dirty      bool
+	savedFloor uint64
+	marks      []uint64 // settled above the floor since the last flush
+	unmarks    []uint64 // marked on disk, now below the floor
+
 	ready  readyHeap            // released messages, deliverable now, lowest offset first
 	keys   map[string]*keyState // ordering key: keys with a message out
 	parked int                  // messages parked behind blocked keys
@@ -252,41 +258,61 @@ func (c *cursor) fetchLocked(off uint64) {
 	}()
 }
 
-// settleLocked marks off settled for the group, advances the floor and
-// records the change in b (nil: not persisted, for holes).
+// settleLocked marks off settled for the group and advances the floor.
+// The change reaches storage at the next flushStateLocked (every tick):
+// settlements are persisted lazily, so many acks cost one floor write.
+// Delivery marks of the offset are removed through b.
 func (c *cursor) settleLocked(off uint64, b *Batch) {
 	if off < c.floor {
 		return
 	}
-	q := c.g.q
 	if off == c.floor {
 		c.floor++
 		for {
-			marked, ok := c.settled[c.floor]
+			onDisk, ok := c.settled[c.floor]
 			if !ok {
 				break
 			}
-			if marked && b != nil {
-				b.Marks = append(b.Marks, SettleMark{Queue: q.name, Group: c.g.name, Partition: c.p.index, Offset: c.floor})
+			if onDisk {
+				c.unmarks = append(c.unmarks, c.floor)
 			}
 			delete(c.settled, c.floor)
 			c.floor++
 		}
-		if b != nil {
-			b.Floors = append(b.Floors, FloorWrite{Queue: q.name, Group: c.g.name, Partition: c.p.index, Floor: c.floor})
-		}
 	} else {
-		c.settled[off] = b != nil
-		if b != nil {
-			b.Marks = append(b.Marks, SettleMark{Queue: q.name, Group: c.g.name, Partition: c.p.index, Offset: off, Set: true})
-		}
+		c.settled[off] = false
+		c.marks = append(c.marks, off)
 	}
-	if _, ok := c.counts[off]; ok {
+	c.dirty = true
+	if _, ok := c.counts[off]; ok && b != nil {
 		delete(c.counts, off)
-		if b != nil {
-			b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: q.name, Group: c.g.name, Partition: c.p.index, Offset: off})
+		b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: c.g.q.name, Group: c.g.name, Partition: c.p.index, Offset: off})
+	}
+}
+
+// flushStateLocked records the cursor's settlements since the last flush
+// in b: the floor, the marks of offsets settled above it, and the removal
+// of marks the floor has passed.
+func (c *cursor) flushStateLocked(b *Batch) {
+	if !c.dirty {
+		return
+	}
+	c.dirty = false
+	q, g, p := c.g.q.name, c.g.name, c.p.index
+	if c.floor != c.savedFloor {
+		b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: c.floor})
+		c.savedFloor = c.floor
+	}
+	for _, off := range c.marks {
+		if onDisk, ok := c.settled[off]; ok && !onDisk {
+			c.settled[off] = true
+			b.Marks = append(b.Marks, SettleMark{Queue: q, Group: g, Partition: p, Offset: off, Set: true})
 		}
 	}
+	for _, off := range c.unmarks {
+		b.Marks = append(b.Marks, SettleMark{Queue: q, Group: g, Partition: p, Offset: off})
+	}
+	c.marks, c.unmarks = c.marks[:0], c.unmarks[:0]
 }
 
 // doneLocked is called when m leaves circulation for good (acked or

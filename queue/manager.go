@@ -195,7 +195,7 @@ func (m *Manager) buildOne(name string, opts Options) (*Queue, error) {
 			}
 			cur := g.cursors[i]
 			cur.floor = max(st.Floor, q.parts[i].first)
-			cur.next = cur.floor
+			cur.next, cur.savedFloor = cur.floor, st.Floor
 			for _, off := range st.Settled {
 				if off >= cur.floor {
 					cur.settled[off] = true
@@ -335,7 +335,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	go func() {
 		for _, q := range m.Queues() {
 			q.mu.Lock()
-			q.closed = true
+			q.closeLocked()
 			q.mu.Unlock()
 		}
 		m.closeCommitters()

@@ -153,6 +153,7 @@ func (q *Queue) groupLocked(name string) *group {
 	b := new(Batch)
 	for _, cur := range g.cursors {
 		b.Floors = append(b.Floors, FloorWrite{Queue: q.name, Group: name, Partition: cur.p.index, Floor: cur.floor})
+		cur.savedFloor = cur.floor
 	}
 	q.flushLocked(b)
 	q.m.log.Info("consumer group created", "queue", q.name, "group", name)
@@ -340,6 +341,14 @@ func (q *Queue) batchShards(b *Batch) map[*committer]struct{} {
 	return set
 }
 
+// closeLocked persists the settlements not yet written and refuses new work.
+func (q *Queue) closeLocked() {
+	b := new(Batch)
+	q.flushStateLocked(b)
+	q.flushLocked(b)
+	q.closed = true
+}
+
 func (q *Queue) dispatchLocked(now time.Time) {
 	for _, g := range q.groups {
 		g.dispatchLocked(now)
@@ -366,11 +375,21 @@ func (q *Queue) tick(now time.Time, retain bool) {
 			heap.Push(&pd.cur.ready, pd)
 		}
 	}
+	q.flushStateLocked(b)
 	if retain {
 		q.retainLocked(b)
 	}
 	q.flushLocked(b)
 	q.dispatchLocked(now)
+}
+
+// flushStateLocked adds every group's unpersisted settlements to b.
+func (q *Queue) flushStateLocked(b *Batch) {
+	for _, g := range q.groups {
+		for _, cur := range g.cursors {
+			cur.flushStateLocked(b)
+		}
+	}
 }
 
 // retainLocked deletes each partition's messages below every group's floor.
