@@ -26,7 +26,7 @@ type testBroker struct {
 }
 
 // startBroker starts a broker; edit adjusts the config first.
-func startBroker(t *testing.T, dir string, edit func(*config.Config)) *testBroker {
+func startBroker(t testing.TB, dir string, edit func(*config.Config)) *testBroker {
 	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = dir
@@ -62,7 +62,7 @@ func startBroker(t *testing.T, dir string, edit func(*config.Config)) *testBroke
 	return tb
 }
 
-func (tb *testBroker) stop(t *testing.T) {
+func (tb *testBroker) stop(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
