@@ -21,6 +21,9 @@ func reasonFor(err error) packets.Code {
 		return packets.ErrPacketTooLarge
 	case errors.Is(err, errBadProperty):
 		return packets.ErrPayloadFormatInvalid
+	case errors.Is(err, errNotYourMsg), errors.Is(err, errNoMsgID),
+		errors.Is(err, queue.ErrNotLeased), errors.Is(err, queue.ErrUnknownMessage):
+		return packets.ErrUnspecifiedError
 	default:
 		return packets.ErrImplementationSpecificError
 	}

@@ -31,6 +31,9 @@ type conn struct {
 	wake chan struct{}
 	// leases maps the packet ID of each outstanding QoS 1 delivery.
 	leases map[uint16]*queue.Lease
+	// explicit maps leases of explicit-settlement subscriptions by
+	// queue, group and msg-id (see explicitKey).
+	explicit map[string]*queue.Lease
 	// subs are the client's queue subscriptions by filter.
 	subs map[string]*subscription
 	// writing is true while the writer goroutine runs.
@@ -50,14 +53,15 @@ type delivery struct {
 
 func newConn(h *Hook, cl *mqtt.Client) *conn {
 	return &conn{
-		h:      h,
-		cl:     cl,
-		v5:     cl.Properties.ProtocolVersion == 5,
-		window: make(chan struct{}, h.opts.ProducerWindow),
-		done:   make(chan struct{}),
-		wake:   make(chan struct{}, 1),
-		leases: map[uint16]*queue.Lease{},
-		subs:   map[string]*subscription{},
+		h:        h,
+		cl:       cl,
+		v5:       cl.Properties.ProtocolVersion == 5,
+		window:   make(chan struct{}, h.opts.ProducerWindow),
+		done:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		leases:   map[uint16]*queue.Lease{},
+		explicit: map[string]*queue.Lease{},
+		subs:     map[string]*subscription{},
 	}
 }
 
@@ -175,11 +179,12 @@ func (c *conn) close() {
 	subs := c.subs
 	c.subs = map[string]*subscription{}
 	clear(c.leases)
+	clear(c.explicit)
 	c.out = nil
 	c.signalLocked()
 	c.mu.Unlock()
 	for _, s := range subs {
-		s.consumer.Close()
+		s.close()
 	}
 }
 

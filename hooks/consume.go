@@ -1,7 +1,9 @@
 package hooks
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -11,8 +13,9 @@ import (
 
 // Subscription user properties (MQTT 5).
 const (
-	propGroup    = "group"
-	propPrefetch = "prefetch"
+	propGroup      = "group"
+	propPrefetch   = "prefetch"
+	propPartitions = "partitions"
 )
 
 // subscription is one queue subscription of a client: a consumer of a group.
@@ -24,9 +27,22 @@ type subscription struct {
 	consumer *queue.Consumer
 }
 
-// OnSubscribe turns an invalid $queue/ filter into an empty one, which mochi
-// answers with 0x8F Topic Filter invalid (0x80 for MQTT 3.1.1), and caps a
-// queue subscription's QoS at 1: a delivery is a lease settled by PUBACK.
+// close leaves the group. The consumer is set under the conn's lock once
+// the subscription is registered; a subscription closed before that is
+// closed by subscribe itself.
+func (s *subscription) close() {
+	s.c.mu.Lock()
+	cons := s.consumer
+	s.c.mu.Unlock()
+	if cons != nil {
+		cons.Close()
+	}
+}
+
+// OnSubscribe turns an invalid $queue/ filter, or a queue subscription
+// with invalid user properties, into an empty filter, which mochi answers
+// with 0x8F Topic Filter invalid (0x80 for MQTT 3.1.1), and caps a queue
+// subscription's QoS at 1: a delivery is a lease settled by PUBACK.
 func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	filters := make(packets.Subscriptions, len(pk.Filters))
 	copy(filters, pk.Filters)
@@ -35,8 +51,15 @@ func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 			continue
 		}
 		f, err := queue.ParseFilter(sub.Filter)
+		var q *queue.Queue
 		if err == nil {
-			_, err = h.m.Open(h.ctx, f.Queue)
+			q, err = h.m.Open(h.ctx, f.Queue)
+		}
+		if err == nil {
+			var o subOptions
+			if o, err = subscriptionOptions(f, sub, pk.Properties.User, q.Options().Partitions); err == nil && len(o.Partitions) > 0 {
+				err = q.CheckPartitions(o.filter.Group, o.Partitions)
+			}
 		}
 		if err != nil {
 			h.log.Debug("queue subscription refused", "client", cl.ID, "filter", sub.Filter, "err", err)
@@ -49,6 +72,68 @@ func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 	}
 	pk.Filters = filters
 	return pk
+}
+
+// subOptions are a queue subscription's settings from its user properties.
+type subOptions struct {
+	queue.ConsumerOptions
+	filter queue.Filter
+}
+
+// subscriptionOptions reads the subscription user properties group,
+// prefetch, ack and partitions.
+func subscriptionOptions(f queue.Filter, sub packets.Subscription, props []packets.UserProperty, partitions int) (subOptions, error) {
+	o := subOptions{filter: f}
+	for _, u := range props {
+		switch u.Key {
+		case propGroup:
+			if u.Val == "" {
+				return o, fmt.Errorf("%w: empty group", errBadProperty)
+			}
+			if !f.Shared {
+				o.filter.Group = u.Val
+			}
+		case propPrefetch:
+			n, err := strconv.Atoi(u.Val)
+			if err != nil || n < 1 || n > 65535 {
+				return o, fmt.Errorf("%w: prefetch %q is not a number from 1 to 65535", errBadProperty, u.Val)
+			}
+			o.Prefetch = n
+		case propAck:
+			switch u.Val {
+			case "puback":
+			case "explicit":
+				if sub.Qos == 0 {
+					return o, errExplicitQoS
+				}
+				o.Explicit = true
+			default:
+				return o, fmt.Errorf("%w: ack %q is not puback or explicit", errBadProperty, u.Val)
+			}
+		case propPartitions:
+			ps, err := parsePartitions(u.Val, partitions)
+			if err != nil {
+				return o, err
+			}
+			o.Partitions = ps
+		}
+	}
+	return o, nil
+}
+
+// parsePartitions reads a list like "0,1,5" of distinct partitions below n.
+func parsePartitions(s string, n int) ([]int, error) {
+	seen := map[int]bool{}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		p, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || p < 0 || p >= n || seen[p] {
+			return nil, fmt.Errorf("%w: partitions %q: each must be a distinct number from 0 to %d", errBadProperty, s, n-1)
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // OnSubscribed joins the consumer groups of the accepted queue filters.
@@ -72,7 +157,7 @@ func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 		delete(c.subs, sub.Filter)
 		c.mu.Unlock()
 		if s != nil {
-			s.consumer.Close()
+			s.close()
 		}
 	}
 }
@@ -82,24 +167,20 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 	if err != nil {
 		return
 	}
-	var o queue.ConsumerOptions
-	for _, u := range props {
-		switch u.Key {
-		case propGroup:
-			if !f.Shared && u.Val != "" {
-				f.Group = u.Val
-			}
-		case propPrefetch:
-			if n, err := strconv.Atoi(u.Val); err == nil && n > 0 {
-				o.Prefetch = n
-			}
-		}
+	q, err := h.m.Open(h.ctx, f.Queue)
+	if err != nil {
+		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
+		return
+	}
+	o, err := subscriptionOptions(f, sub, props, q.Options().Partitions)
+	if err != nil {
+		return
 	}
 	if rm := int(cl.Properties.Props.ReceiveMaximum); cl.Properties.ProtocolVersion == 5 && rm > 0 && (o.Prefetch == 0 || rm < o.Prefetch) {
 		o.Prefetch = rm
 	}
 	c := h.connFor(cl)
-	s := &subscription{c: c, raw: sub.Filter, filter: f, qos: min(sub.Qos, 1)}
+	s := &subscription{c: c, raw: sub.Filter, filter: o.filter, qos: min(sub.Qos, 1)}
 	c.mu.Lock()
 	old := c.subs[sub.Filter]
 	closed := c.closed
@@ -108,17 +189,12 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 		return
 	}
 	if old != nil {
-		old.consumer.Close()
-	}
-	q, err := h.m.Open(h.ctx, f.Queue)
-	if err != nil {
-		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
-		return
+		old.close()
 	}
 	c.mu.Lock()
 	c.subs[sub.Filter] = s
 	c.mu.Unlock()
-	cons, err := q.Subscribe(f.Group, s, o)
+	cons, err := q.Subscribe(o.filter.Group, s, o.ConsumerOptions)
 	if err != nil {
 		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
 		return
@@ -180,6 +256,9 @@ func (c *conn) prepare(w *wire, dl delivery) (qos0 *queue.Lease) {
 		}
 		h.id = id
 		c.leases[id] = d.Lease
+		if d.Lease.Explicit() {
+			c.explicit[explicitKey(d.Queue, s.filter.Group, d.ID())] = d.Lease
+		}
 		c.mu.Unlock()
 	}
 	before := len(w.buf)

@@ -3,9 +3,9 @@ package hooks
 import (
 	"bytes"
 	"strings"
-	"unicode/utf8"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/shardq/shardq/queue"

@@ -152,7 +152,9 @@ func (h *Hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 	l := c.leases[pk.PacketID]
 	delete(c.leases, pk.PacketID)
 	c.mu.Unlock()
-	if l != nil {
+	if l != nil && l.Explicit() {
+		l.Received() // settled later, by a $ack/$nack/$reject publish
+	} else if l != nil {
 		if err := l.Settle(outcomeFor(pk.ReasonCode)); err != nil {
 			h.log.Debug("late settlement ignored", "client", cl.ID, "msg_id", l.ID(), "err", err)
 		}

@@ -29,7 +29,7 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	}
 	t, err := queue.ParseTopic(pk.TopicName)
 	if err == nil && t.Verb != "" {
-		err = fmt.Errorf("%w: %s is for explicit settlement, not supported by this subscription mode", queue.ErrInvalidTopic, t.Verb)
+		return h.settleExplicit(cl, pk, t)
 	}
 	var msg *queue.Message
 	if err == nil {
@@ -87,18 +87,24 @@ func (h *Hook) refuse(cl *mqtt.Client, pk packets.Packet, err error) (packets.Pa
 		})
 		return pk, packets.ErrRejectPacket
 	}
+	h.answer(cl, pk, err)
+	return pk, packets.ErrRejectPacket
+}
+
+// answer queues the PUBACK of a QoS 1 publish from a v5 client, in order
+// with the client's other PUBACKs: success when err is nil, else its reason.
+func (h *Hook) answer(cl *mqtt.Client, pk packets.Packet, err error) {
 	c := h.connFor(cl)
 	select {
 	case c.window <- struct{}{}:
 	case <-c.done:
-		return pk, packets.ErrRejectPacket
+		return
 	}
 	s := &ackSlot{id: pk.PacketID}
 	c.mu.Lock()
 	c.acks = append(c.acks, s)
 	c.mu.Unlock()
 	c.finishAck(s, err)
-	return pk, packets.ErrRejectPacket
 }
 
 // messageFrom builds the queue message of a publish. The partition key is

@@ -28,6 +28,13 @@ type ConsumerOptions struct {
 	// Prefetch caps the consumer's unsettled messages; the smaller of it and
 	// the queue's prefetch applies. 0 means the queue's.
 	Prefetch int
+	// Explicit: the consumer settles by explicit calls (the $ack, $nack,
+	// $reject and $extend topics), not by its PUBACK, which only says the
+	// delivery was received.
+	Explicit bool
+	// Partitions, when set, are the only partitions this consumer takes;
+	// the group's other consumers share the rest.
+	Partitions []int
 }
 
 // Consumer is one subscription of a group. Its methods are safe for
@@ -38,8 +45,10 @@ type Consumer struct {
 	r      Receiver
 	credit int
 	// leases holds every lease that is active or still holds a credit slot.
-	leases map[*Lease]struct{}
-	closed bool
+	leases     map[*Lease]struct{}
+	closed     bool
+	explicit   bool
+	partitions []int // claimed by name; empty: any the group gives it
 }
 
 // Close leaves the group: every message the consumer holds goes back to the
@@ -79,8 +88,29 @@ type Lease struct {
 	deliveries uint32
 	deadline   time.Time
 	// active: the lease holds the message. slot: the delivery still counts
-	// against the consumer's credit (until its PUBACK arrives).
+	// against the consumer's credit (until its PUBACK arrives; for an
+	// explicit consumer until it is settled, or its lease is lost after the
+	// PUBACK arrived).
 	active, slot bool
+	explicit     bool
+	received     bool
+}
+
+// Explicit reports whether the lease is settled explicitly rather than by PUBACK.
+func (l *Lease) Explicit() bool { return l.explicit }
+
+// Received records the PUBACK of an explicit consumer's delivery: the
+// message stays leased until it is settled, but once the lease is lost the
+// consumer's credit slot is free again.
+func (l *Lease) Received() {
+	q := l.cur.g.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l.received = true
+	if !l.active && l.slot {
+		q.freeSlotLocked(l)
+		q.dispatchLocked(q.m.now())
+	}
 }
 
 // Outcome is how a consumer settles a message.

@@ -21,6 +21,9 @@ var (
 	ErrNotLeased = errors.New("queue: message not leased by this consumer")
 	// ErrUnknownMessage: no message has that id.
 	ErrUnknownMessage = errors.New("queue: unknown message id")
+	// ErrBadPartitions: a consumer named partitions the queue does not have
+	// or another consumer of its group took.
+	ErrBadPartitions = errors.New("queue: invalid partitions")
 	// ErrPartitionsChanged: the config asks for another partition count than the stored queue has.
 	ErrPartitionsChanged = errors.New("queue: partition count differs from the stored queue")
 )

@@ -21,6 +21,14 @@ type group struct {
 	rr        int // next consumer to try
 	rrPart    int // next partition to try
 	retries   retryHeap
+
+	// claimed[p] is the consumer that asked for partition p by name
+	// (subscription property partitions); claims counts them.
+	claimed []*Consumer
+	claims  int
+	// owner[p] is the consumer partition p is assigned to (ordering
+	// partition); next[p] the one it moves to once its leases are settled.
+	owner, moveTo []*Consumer
 }
 
 // cursor is a group's position in one partition: the JetStream-style ack
@@ -65,12 +73,23 @@ type pending struct {
 }
 
 func newGroup(q *Queue, name string) *group {
-	g := &group{q: q, name: name, cursors: make([]*cursor, len(q.parts))}
+	n := len(q.parts)
+	g := &group{q: q, name: name, cursors: make([]*cursor, n),
+		claimed: make([]*Consumer, n), owner: make([]*Consumer, n), moveTo: make([]*Consumer, n)}
 	for i, p := range q.parts {
 		g.cursors[i] = &cursor{g: g, p: p, floor: p.first, next: p.first,
 			settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}}
 	}
 	return g
+}
+
+func (g *group) addConsumer(c *Consumer) {
+	g.consumers = append(g.consumers, c)
+	for _, p := range c.partitions {
+		g.claimed[p] = c
+		g.claims++
+	}
+	g.rebalance()
 }
 
 func (g *group) removeConsumer(c *Consumer) {
@@ -80,32 +99,159 @@ func (g *group) removeConsumer(c *Consumer) {
 			if g.rr > i {
 				g.rr--
 			}
-			return
+			break
 		}
 	}
+	for p := range g.claimed {
+		if g.claimed[p] == c {
+			g.claimed[p] = nil
+			g.claims--
+		}
+		if g.owner[p] == c {
+			g.owner[p] = nil // its leases were released: free at once
+		}
+		if g.moveTo[p] == c {
+			g.moveTo[p] = nil
+		}
+	}
+	g.rebalance()
+}
+
+// rebalance assigns the partitions nobody claimed to the consumers that
+// claimed none (ordering partition): balanced, keeping every assignment it
+// can. A partition taken from a live consumer moves once its leases are
+// settled or released (see settleMoves).
+func (g *group) rebalance() {
+	if g.q.opts.Ordering != OrderPartition {
+		return
+	}
+	var free []*Consumer
+	for _, c := range g.consumers {
+		if len(c.partitions) == 0 {
+			free = append(free, c)
+		}
+	}
+	var open []int
+	for p := range g.cursors {
+		if g.claimed[p] == nil {
+			open = append(open, p)
+		} else {
+			g.owner[p], g.moveTo[p] = nil, nil
+		}
+	}
+	if len(free) == 0 {
+		for _, p := range open {
+			g.owner[p], g.moveTo[p] = nil, nil
+		}
+		return
+	}
+	target := map[*Consumer]int{}
+	for i, c := range free {
+		target[c] = len(open) / len(free)
+		if i < len(open)%len(free) {
+			target[c]++
+		}
+	}
+	// The consumer each partition ends with: its owner while under target.
+	have := map[*Consumer]int{}
+	var unplaced []int
+	for _, p := range open {
+		want := g.moveTo[p]
+		if want == nil {
+			want = g.owner[p]
+		}
+		if _, live := target[want]; live && have[want] < target[want] {
+			have[want]++
+			g.setOwner(p, want)
+			continue
+		}
+		unplaced = append(unplaced, p)
+	}
+	for _, p := range unplaced {
+		for _, c := range free {
+			if have[c] < target[c] {
+				have[c]++
+				g.setOwner(p, c)
+				break
+			}
+		}
+	}
+	g.settleMoves()
+}
+
+// setOwner makes c the partition's consumer: at once when the partition is
+// free or idle, else once its in-flight messages are settled or released.
+func (g *group) setOwner(p int, c *Consumer) {
+	if g.owner[p] == c {
+		g.moveTo[p] = nil
+		return
+	}
+	if g.owner[p] == nil || g.cursors[p].leased == 0 {
+		g.owner[p], g.moveTo[p] = c, nil
+		return
+	}
+	g.moveTo[p] = c
+}
+
+// settleMoves completes the moves whose partitions have nothing in flight.
+func (g *group) settleMoves() {
+	for p, c := range g.moveTo {
+		if c != nil && g.cursors[p].leased == 0 {
+			g.owner[p], g.moveTo[p] = c, nil
+		}
+	}
+}
+
+// takes reports whether consumer c may be given messages of partition p.
+func (g *group) takes(c *Consumer, p int) bool {
+	if g.claimed[p] != nil {
+		return g.claimed[p] == c
+	}
+	if len(c.partitions) > 0 {
+		return false
+	}
+	if g.q.opts.Ordering == OrderPartition {
+		return g.owner[p] == c && g.moveTo[p] == nil
+	}
+	return true
 }
 
 // dispatchLocked leases deliverable messages to consumers with credit,
 // round robin, until either runs out.
 func (g *group) dispatchLocked(now time.Time) {
-	for len(g.consumers) > 0 {
-		c := g.nextConsumer()
+	if len(g.consumers) == 0 {
+		return
+	}
+	uniform := g.claims == 0 && g.q.opts.Ordering != OrderPartition
+	if !uniform {
+		g.settleMoves()
+	}
+	var dry map[*Consumer]bool // consumers with credit but nothing to take
+	for {
+		c := g.nextConsumer(dry)
 		if c == nil {
 			return
 		}
-		cur, m, prior := g.nextMessage(now)
+		cur, m, prior := g.nextMessage(c, now, uniform)
 		if m == nil {
-			return
+			if uniform {
+				return // every consumer sees the same messages
+			}
+			if dry == nil {
+				dry = map[*Consumer]bool{}
+			}
+			dry[c] = true
+			continue
 		}
 		g.leaseLocked(c, cur, m, prior, now)
 	}
 }
 
-func (g *group) nextConsumer() *Consumer {
+func (g *group) nextConsumer(dry map[*Consumer]bool) *Consumer {
 	n := len(g.consumers)
 	for i := 0; i < n; i++ {
 		c := g.consumers[(g.rr+i)%n]
-		if c.credit > 0 {
+		if c.credit > 0 && !dry[c] {
 			g.rr = (g.rr + i + 1) % n
 			return c
 		}
@@ -113,12 +259,16 @@ func (g *group) nextConsumer() *Consumer {
 	return nil
 }
 
-func (g *group) nextMessage(now time.Time) (*cursor, *Message, uint32) {
+func (g *group) nextMessage(c *Consumer, now time.Time, uniform bool) (*cursor, *Message, uint32) {
 	n := len(g.cursors)
 	for i := 0; i < n; i++ {
-		cur := g.cursors[(g.rrPart+i)%n]
+		p := (g.rrPart + i) % n
+		if !uniform && !g.takes(c, p) {
+			continue
+		}
+		cur := g.cursors[p]
 		if m, prior := cur.nextLocked(now); m != nil {
-			g.rrPart = (g.rrPart + i + 1) % n
+			g.rrPart = (p + 1) % n
 			return cur, m, prior
 		}
 	}
@@ -128,7 +278,7 @@ func (g *group) nextMessage(now time.Time) (*cursor, *Message, uint32) {
 func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, now time.Time) {
 	q := g.q
 	l := &Lease{cur: cur, consumer: c, m: m, deliveries: prior + 1,
-		deadline: now.Add(q.opts.AckTimeout), active: true, slot: true}
+		deadline: now.Add(q.opts.AckTimeout), active: true, slot: true, explicit: c.explicit}
 	c.credit--
 	c.leases[l] = struct{}{}
 	cur.leased++
@@ -145,6 +295,7 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 	for c.ready.Len() > 0 {
 		pd := heap.Pop(&c.ready).(*pending)
 		if c.isSettled(pd.m.Offset) {
+			c.unblockLocked(pd.m) // settled meanwhile: its key passes on
 			continue
 		}
 		if c.expiredLocked(pd.m, pd.deliveries, now) {

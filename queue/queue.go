@@ -2,7 +2,9 @@ package queue
 
 import (
 	"container/heap"
+	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,10 +139,36 @@ func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consume
 	if o.Prefetch > 0 && o.Prefetch < prefetch {
 		prefetch = o.Prefetch
 	}
-	c := &Consumer{q: q, g: g, r: r, credit: prefetch, leases: map[*Lease]struct{}{}}
-	g.consumers = append(g.consumers, c)
+	for _, p := range o.Partitions {
+		if p < 0 || p >= len(q.parts) {
+			return nil, fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, p, len(q.parts))
+		}
+		if other := g.claimed[p]; other != nil {
+			return nil, fmt.Errorf("%w: partition %d is taken by another consumer of group %s", ErrBadPartitions, p, group)
+		}
+	}
+	c := &Consumer{q: q, g: g, r: r, credit: prefetch, leases: map[*Lease]struct{}{},
+		explicit: o.Explicit, partitions: slices.Clone(o.Partitions)}
+	g.addConsumer(c)
 	q.dispatchLocked(q.m.now())
 	return c, nil
+}
+
+// CheckPartitions reports whether a consumer of group may claim the
+// partitions ps: they exist and no other consumer of the group holds them.
+func (q *Queue) CheckPartitions(group string, ps []int) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	g := q.groups[group]
+	for _, p := range ps {
+		if p < 0 || p >= len(q.parts) {
+			return fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, p, len(q.parts))
+		}
+		if g != nil && g.claimed[p] != nil {
+			return fmt.Errorf("%w: partition %d is taken by another consumer of group %s", ErrBadPartitions, p, group)
+		}
+	}
+	return nil
 }
 
 // groupLocked returns the group, creating and persisting it if it is new.
@@ -166,13 +194,9 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 	c := l.consumer
 	now := q.m.now()
 	if l.slot {
-		l.slot = false
-		if !c.closed {
-			c.credit++
-		}
+		q.freeSlotLocked(l)
 	}
 	if !l.active {
-		delete(c.leases, l)
 		q.dispatchLocked(now)
 		return ErrNotLeased
 	}
@@ -194,6 +218,17 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 	q.flushLocked(b)
 	q.dispatchLocked(now)
 	return nil
+}
+
+// freeSlotLocked returns the lease's credit slot to its consumer.
+func (q *Queue) freeSlotLocked(l *Lease) {
+	l.slot = false
+	if !l.active {
+		delete(l.consumer.leases, l)
+	}
+	if !l.consumer.closed {
+		l.consumer.credit++
+	}
 }
 
 // releaseLocked ends an active lease without a settlement (lost lease or
@@ -367,6 +402,9 @@ func (q *Queue) tick(now time.Time, retain bool) {
 				if l.active && now.After(l.deadline) {
 					q.stats.LeasesLost.Add(1)
 					q.releaseLocked(l, b, now)
+					if l.explicit && l.received && l.slot {
+						q.freeSlotLocked(l)
+					}
 				}
 			}
 		}

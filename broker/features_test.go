@@ -1,0 +1,155 @@
+package broker_test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/packets"
+	"github.com/shardq/shardq/config"
+	"github.com/shardq/shardq/queue"
+)
+
+func TestQueueExplicitSettlement(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *config.Config) {
+		c.Queues.Defaults.RetryBackoff = 100 * time.Millisecond
+		c.Queues.Defaults.AckTimeout = time.Hour
+	})
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	for i := 0; i < 3; i++ {
+		prod.publish("$queue/exp", []byte("e"+strconv.Itoa(i)), "key", strconv.Itoa(i))
+	}
+	cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+	if rc := cons.subscribe(1, map[string]string{"ack": "explicit", "prefetch": "2"}, "$share/w/$queue/exp"); rc[0] != 1 {
+		t.Fatalf("SUBACK %#x", rc[0])
+	}
+	a, bb := cons.next(5*time.Second), cons.next(5*time.Second)
+	cons.puback(a, 0) // only "received": the lease stays, and so does the credit
+	cons.puback(bb, 0)
+	cons.none(300 * time.Millisecond)
+
+	other := dialRaw(t, b.MQTTAddr(), "intruder", connectOpts{})
+	if rc := other.publish("$queue/exp/$ack", nil, "msg-id", userProp(a, "msg-id"), "group", "w"); rc != 0x80 {
+		t.Fatalf("settlement by a client without the lease: %#x, want 0x80", rc)
+	}
+	if rc := cons.publish("$queue/exp/$ack", nil, "msg-id", "9-999", "group", "w"); rc != 0x80 {
+		t.Fatalf("settlement of an unknown msg-id: %#x, want 0x80", rc)
+	}
+	if rc := cons.publish("$queue/exp/$extend", []byte(userProp(a, "msg-id")), "group", "w"); rc != 0 {
+		t.Fatalf("$extend: %#x", rc)
+	}
+	// msg-id as the payload works too.
+	if rc := cons.publish("$queue/exp/$ack", []byte(userProp(a, "msg-id")), "group", "w"); rc != 0 {
+		t.Fatalf("$ack: %#x", rc)
+	}
+	third := cons.next(5 * time.Second) // credit came back with the $ack
+	cons.puback(third, 0)
+	if rc := cons.publish("$queue/exp/$nack", nil, "msg-id", userProp(bb, "msg-id"), "group", "w"); rc != 0 {
+		t.Fatalf("$nack: %#x", rc)
+	}
+	again := cons.next(5 * time.Second)
+	if userProp(again, "msg-id") != userProp(bb, "msg-id") || userProp(again, "delivery-count") != "2" {
+		t.Fatalf("after $nack got %s count %s", userProp(again, "msg-id"), userProp(again, "delivery-count"))
+	}
+	dlq := dialRaw(t, b.MQTTAddr(), "d", connectOpts{})
+	dlq.subscribe(1, nil, "$queue/exp/$dlq")
+	if rc := cons.publish("$queue/exp/$reject", nil, "msg-id", userProp(third, "msg-id"), "group", "w"); rc != 0 {
+		t.Fatalf("$reject: %#x", rc)
+	}
+	if d := dlq.next(5 * time.Second); userProp(d, "dlq-reason") != "rejected" || userProp(d, "original-msg-id") != userProp(third, "msg-id") {
+		t.Fatalf("dead letter %s from %s", userProp(d, "dlq-reason"), userProp(d, "original-msg-id"))
+	}
+	// Settling the same message twice: the second is refused.
+	if rc := cons.publish("$queue/exp/$ack", nil, "msg-id", userProp(a, "msg-id"), "group", "w"); rc != 0x80 {
+		t.Fatalf("second $ack: %#x, want 0x80", rc)
+	}
+}
+
+func TestQueueStaticPartitions(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *config.Config) { c.Queues.Defaults.Partitions = 4 })
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	want := map[int]int{}
+	for i := 0; i < 40; i++ {
+		key := "k" + strconv.Itoa(i)
+		want[queue.PartitionFor(key, 4)]++
+		prod.publish("$queue/static", []byte(key), "key", key)
+	}
+	mine := dialRaw(t, b.MQTTAddr(), "mine", connectOpts{})
+	if rc := mine.subscribe(1, map[string]string{"partitions": "0,2"}, "$share/g/$queue/static"); rc[0] != 1 {
+		t.Fatalf("SUBACK %#x", rc[0])
+	}
+	rest := dialRaw(t, b.MQTTAddr(), "rest", connectOpts{})
+	rest.subscribe(1, nil, "$share/g/$queue/static")
+	for _, tc := range []struct {
+		c     *rawClient
+		parts map[string]bool
+		n     int
+	}{{mine, map[string]bool{"0": true, "2": true}, want[0] + want[2]}, {rest, map[string]bool{"1": true, "3": true}, want[1] + want[3]}} {
+		for i := 0; i < tc.n; i++ {
+			p := tc.c.next(5 * time.Second)
+			if !tc.parts[userProp(p, "partition")] {
+				t.Fatalf("%s got partition %s", tc.c.id, userProp(p, "partition"))
+			}
+			tc.c.puback(p, 0)
+		}
+		tc.c.none(200 * time.Millisecond)
+	}
+	bad := dialRaw(t, b.MQTTAddr(), "bad", connectOpts{})
+	for _, list := range []string{"0", "7", "x", "1,1", ""} {
+		if rc := bad.subscribe(1, map[string]string{"partitions": list}, "$share/g/$queue/static"); rc[0] != 0x8F {
+			t.Errorf("partitions=%q: SUBACK %#x, want 0x8F", list, rc[0])
+		}
+	}
+}
+
+// TestQueuePartitionOrderingRebalances checks ordering partition: each
+// partition's messages arrive in offset order even while a second consumer
+// joins and takes half of the partitions.
+func TestQueuePartitionOrderingRebalances(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *config.Config) {
+		c.Queues.Defaults.Partitions = 4
+		c.Queues.Defaults.Ordering = queue.OrderPartition
+	})
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	const n = 200
+	for i := 0; i < n; i++ {
+		prod.publishAsync("$queue/po", []byte(fmt.Sprintf("%03d", i)), "key", "k"+strconv.Itoa(i%16))
+	}
+	a := dialRaw(t, b.MQTTAddr(), "a", connectOpts{})
+	a.subscribe(1, map[string]string{"prefetch": "4"}, "$share/g/$queue/po")
+	last := map[string]int{} // partition -> last offset delivered
+	got := 0
+	take := func(c *rawClient, p *packets.Publish, parts map[string]bool) {
+		part := userProp(p, "partition")
+		var off int
+		fmt.Sscanf(userProp(p, "msg-id"), "%d-%d", new(int), &off)
+		if prev, ok := last[part]; ok && off <= prev {
+			t.Fatalf("partition %s: offset %d after %d", part, off, prev)
+		}
+		last[part] = off
+		parts[part] = true
+		c.puback(p, 0)
+		got++
+	}
+	seenA, seenB := map[string]bool{}, map[string]bool{}
+	for i := 0; i < 20; i++ {
+		take(a, a.next(5*time.Second), seenA)
+	}
+	c2 := dialRaw(t, b.MQTTAddr(), "b", connectOpts{})
+	c2.subscribe(1, map[string]string{"prefetch": "4"}, "$share/g/$queue/po")
+	for got < n {
+		select {
+		case p := <-a.msgs:
+			take(a, p, seenA)
+		case p := <-c2.msgs:
+			take(c2, p, seenB)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("stuck at %d of %d", got, n)
+		}
+	}
+	if len(seenB) != 2 {
+		t.Fatalf("the second consumer got partitions %v, want 2 of the 4 (balanced)", seenB)
+	}
+	a.none(200 * time.Millisecond)
+}
