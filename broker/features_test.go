@@ -153,3 +153,68 @@ func TestQueuePartitionOrderingRebalances(t *testing.T) {
 	}
 	a.none(200 * time.Millisecond)
 }
+
+func TestQueueDedupSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	b := startBroker(t, dir, nil)
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	for i := 0; i < 3; i++ { // the same dedup-id three times, pipelined
+		if rc := prod.waitAck(prod.publishAsync("$queue/dd", []byte("order-1"), "dedup-id", "o-1")).ReasonCode; rc != 0 {
+			t.Fatalf("duplicate publish: %#x, want 0x00 (acknowledged, stored once)", rc)
+		}
+	}
+	prod.publish("$queue/dd", []byte("order-2"), "dedup-id", "o-2")
+	if got := b.Manager().Queue("dd").Stats().Deduplicated.Load(); got != 2 {
+		t.Fatalf("deduplicated = %d, want 2", got)
+	}
+	prod.close()
+	b.stop(t)
+
+	b2 := startBroker(t, dir, nil)
+	prod2 := dialRaw(t, b2.MQTTAddr(), "p2", connectOpts{})
+	prod2.publish("$queue/dd", []byte("order-1 again"), "dedup-id", "o-1") // within the window, after a restart
+	prod2.publish("$queue/dd", []byte("order-3"), "dedup-id", "o-3")
+	cons := dialRaw(t, b2.MQTTAddr(), "c", connectOpts{})
+	cons.subscribe(1, nil, "$queue/dd")
+	got := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		p := cons.next(5 * time.Second)
+		got[string(p.Payload)] = true
+		cons.puback(p, 0)
+	}
+	cons.none(300 * time.Millisecond)
+	if !got["order-1"] || !got["order-2"] || !got["order-3"] {
+		t.Fatalf("stored %v, want order-1, order-2 and order-3 once each", got)
+	}
+}
+
+func TestQueueDelayedDeliverySurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	b := startBroker(t, dir, nil)
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	start := time.Now()
+	prod.publish("$queue/later", []byte("delayed"), "delay", "1500ms", "key", "a")
+	prod.publish("$queue/later", []byte("at-once"), "key", "b")
+	if rc := prod.publish("$queue/later", []byte("x"), "delay", "soon"); rc != 0x99 {
+		t.Fatalf("invalid delay: %#x, want 0x99", rc)
+	}
+	if rc := prod.publish("$queue/later", []byte("x"), "deliver-at", "tomorrow"); rc != 0x99 {
+		t.Fatalf("invalid deliver-at: %#x, want 0x99", rc)
+	}
+	prod.close()
+	b.stop(t)
+
+	b2 := startBroker(t, dir, nil)
+	cons := dialRaw(t, b2.MQTTAddr(), "c", connectOpts{})
+	cons.subscribe(1, nil, "$queue/later")
+	p := cons.next(5 * time.Second)
+	if string(p.Payload) != "at-once" {
+		t.Fatalf("first delivery %q: the delayed message must not hold back the other", p.Payload)
+	}
+	cons.puback(p, 0)
+	p = cons.next(5 * time.Second)
+	if string(p.Payload) != "delayed" || time.Since(start) < 1500*time.Millisecond {
+		t.Fatalf("got %q after %s, want the delayed message after 1.5s", p.Payload, time.Since(start))
+	}
+	cons.puback(p, 0)
+}

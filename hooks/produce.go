@@ -143,6 +143,7 @@ func messageFrom(cl *mqtt.Client, pk packets.Packet, t queue.Topic) (*queue.Mess
 			}
 			msg.NotBefore = at
 		case propDedupID:
+			msg.DedupID = u.Val
 		default:
 			msg.Headers.User = append(msg.Headers.User, queue.Property{Name: u.Key, Value: u.Val})
 		}

@@ -185,7 +185,15 @@ func (m *Manager) buildOne(name string, opts Options) (*Queue, error) {
 		if states[i], err = s.Groups(name, i); err != nil {
 			return nil, fmt.Errorf("queue: reading groups of %s/%d: %w", name, i, err)
 		}
+		ids, err := s.Dedups(name, i)
+		if err != nil {
+			return nil, fmt.Errorf("queue: reading dedup-ids of %s/%d: %w", name, i, err)
+		}
+		for id, at := range ids {
+			q.dedup.restore(id, i, at)
+		}
 	}
+	q.dedup.sortOrder()
 	for i, gs := range states {
 		for _, st := range gs {
 			g := q.groups[st.Group]

@@ -43,6 +43,10 @@ type Message struct {
 
 	// DeadLetter is set on dead-letter queue messages.
 	DeadLetter *DeadLetter
+
+	// DedupID, when set, makes a publish with the same id within the
+	// queue's dedup window a duplicate: acknowledged, stored once.
+	DedupID string
 }
 
 // DeadLetter records why and from where a message was dead-lettered.

@@ -24,6 +24,7 @@ type Queue struct {
 	mu     sync.Mutex
 	groups map[string]*group
 	closed bool
+	dedup  dedupIndex
 
 	stats Stats
 }
@@ -69,6 +70,19 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 		finish(done, ErrClosed)
 		return
 	}
+	if msg.DedupID != "" && q.opts.DedupWindow > 0 {
+		if e := q.dedup.get(msg.DedupID, now, q.opts.DedupWindow); e != nil {
+			q.stats.Deduplicated.Add(1)
+			if e.done {
+				q.mu.Unlock()
+				finish(done, nil)
+				return
+			}
+			e.waiters = append(e.waiters, done) // answered with the original
+			q.mu.Unlock()
+			return
+		}
+	}
 	if q.fullLocked() {
 		q.mu.Unlock()
 		finish(done, ErrQueueFull)
@@ -82,14 +96,29 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 	}
 	msg.Offset = p.next
 	p.next++
-	p.c.submit(commitReq{
+	req := commitReq{
 		app:  Append{Queue: q.name, Partition: p.index, Message: msg},
 		sync: q.opts.Durability == DurabilityFsync,
 		done: func(err error) {
 			q.appended(p, msg, err)
 			finish(done, err)
 		},
-	})
+	}
+	if msg.DedupID != "" && q.opts.DedupWindow > 0 {
+		e := q.dedup.add(msg.DedupID, p.index, msg.EnqueuedAt)
+		req.batch = &Batch{Dedups: []DedupMark{{Queue: q.name, Partition: p.index, ID: msg.DedupID, At: msg.EnqueuedAt}}}
+		req.done = func(err error) {
+			q.appended(p, msg, err)
+			finish(done, err)
+			q.mu.Lock()
+			waiters := q.dedup.complete(msg.DedupID, e, err)
+			q.mu.Unlock()
+			for _, w := range waiters {
+				finish(w, err)
+			}
+		}
+	}
+	p.c.submit(req)
 	q.mu.Unlock()
 }
 
@@ -350,6 +379,10 @@ func (q *Queue) flushLocked(b *Batch) {
 		x := part(w.Partition)
 		x.DropGroups = append(x.DropGroups, w)
 	}
+	for _, w := range b.Dedups {
+		x := part(w.Partition)
+		x.Dedups = append(x.Dedups, w)
+	}
 	for c, x := range per {
 		c.submit(commitReq{batch: x})
 	}
@@ -371,6 +404,9 @@ func (q *Queue) batchShards(b *Batch) map[*committer]struct{} {
 		add(w.Partition)
 	}
 	for _, w := range b.DropGroups {
+		add(w.Partition)
+	}
+	for _, w := range b.Dedups {
 		add(w.Partition)
 	}
 	return set
@@ -416,6 +452,9 @@ func (q *Queue) tick(now time.Time, retain bool) {
 	q.flushStateLocked(b)
 	if retain {
 		q.retainLocked(b)
+		for _, e := range q.dedup.expire(now, q.opts.DedupWindow) {
+			b.Dedups = append(b.Dedups, DedupMark{Queue: q.name, Partition: e.partition, ID: e.id})
+		}
 	}
 	q.flushLocked(b)
 	q.dispatchLocked(now)

@@ -1,5 +1,7 @@
 package queue
 
+import "time"
+
 // The storage seams of the queue domain. storage/badger implements them on
 // disk; queuetest holds an in-memory implementation and the conformance
 // suite every implementation must pass.
@@ -44,6 +46,8 @@ type StateReader interface {
 	Queues() ([]QueueMeta, error)
 	// Groups returns the stored state of every group on the partition.
 	Groups(queue string, partition int) ([]GroupState, error)
+	// Dedups returns the dedup-ids recorded on the partition and when.
+	Dedups(queue string, partition int) (map[string]time.Time, error)
 }
 
 // QueueMeta is what survives a restart about a queue itself.
@@ -76,6 +80,17 @@ type Batch struct {
 	Queues     []QueueMeta
 	// DropGroups removes every record of a group on a partition.
 	DropGroups []GroupRef
+	// Dedups records (or, with a zero At, forgets) producers' dedup-ids.
+	Dedups []DedupMark
+}
+
+// DedupMark records that a message with dedup-id ID was stored at At in
+// the partition; a zero At removes the record.
+type DedupMark struct {
+	Queue     string
+	Partition int
+	ID        string
+	At        time.Time
 }
 
 // Append stores a message at its offset.
@@ -131,7 +146,7 @@ type GroupRef struct {
 // Len is the number of writes in the batch.
 func (b *Batch) Len() int {
 	return len(b.Appends) + len(b.Deletes) + len(b.Floors) + len(b.Marks) +
-		len(b.Deliveries) + len(b.Queues) + len(b.DropGroups)
+		len(b.Deliveries) + len(b.Queues) + len(b.DropGroups) + len(b.Dedups)
 }
 
 // Reset empties the batch, keeping its capacity.
@@ -144,6 +159,7 @@ func (b *Batch) Reset() {
 	b.Deliveries = b.Deliveries[:0]
 	b.Queues = b.Queues[:0]
 	b.DropGroups = b.DropGroups[:0]
+	b.Dedups = b.Dedups[:0]
 }
 
 // merge appends the writes of o to b.
@@ -155,4 +171,5 @@ func (b *Batch) merge(o *Batch) {
 	b.Deliveries = append(b.Deliveries, o.Deliveries...)
 	b.Queues = append(b.Queues, o.Queues...)
 	b.DropGroups = append(b.DropGroups, o.DropGroups...)
+	b.Dedups = append(b.Dedups, o.Dedups...)
 }

@@ -155,6 +155,7 @@ type memData struct {
 	parts  map[partKey]*memPart
 	groups map[partKey]map[string]*memGroup
 	queues map[string]queue.QueueMeta
+	dedups map[partKey]map[string]time.Time
 }
 
 type partKey struct {
@@ -184,6 +185,7 @@ func newMemData() *memData {
 		parts:  map[partKey]*memPart{},
 		groups: map[partKey]map[string]*memGroup{},
 		queues: map[string]queue.QueueMeta{},
+		dedups: map[partKey]map[string]time.Time{},
 	}
 }
 
@@ -244,8 +246,33 @@ func (s *memShard) Write(b *queue.Batch, sync bool) error {
 	for _, r := range b.DropGroups {
 		delete(d.groups[partKey{r.Queue, r.Partition}], r.Group)
 	}
+	for _, m := range b.Dedups {
+		k := partKey{m.Queue, m.Partition}
+		if m.At.IsZero() {
+			delete(d.dedups[k], m.ID)
+			continue
+		}
+		if d.dedups[k] == nil {
+			d.dedups[k] = map[string]time.Time{}
+		}
+		d.dedups[k][m.ID] = m.At.UTC().Truncate(time.Millisecond)
+	}
 	d.pruneGroupsLocked()
 	return nil
+}
+
+// Dedups returns the dedup-ids recorded on the partition.
+func (s *memShard) Dedups(q string, partition int) (map[string]time.Time, error) {
+	if s.store.isClosed() {
+		return nil, ErrClosed
+	}
+	s.data.mu.RLock()
+	defer s.data.mu.RUnlock()
+	out := map[string]time.Time{}
+	for id, at := range s.data.dedups[partKey{q, partition}] {
+		out[id] = at
+	}
+	return out, nil
 }
 
 // Sync does nothing but honour injected faults: MemStore keeps every write.
@@ -450,6 +477,14 @@ func validateBatch(b *queue.Batch) error {
 	for _, r := range b.DropGroups {
 		if err := checkNames(r.Queue, r.Group, r.Partition); err != nil {
 			return err
+		}
+	}
+	for _, m := range b.Dedups {
+		if err := checkNames(m.Queue, "g", m.Partition); err != nil {
+			return err
+		}
+		if m.ID == "" {
+			return fmt.Errorf("%w: empty dedup-id", ErrInvalidWrite)
 		}
 	}
 	return nil

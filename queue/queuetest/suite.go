@@ -30,6 +30,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T, dir string) queue.Store
 		{"GroupStateRoundTrip", testGroupState},
 		{"DropGroups", testDropGroups},
 		{"QueueMeta", testQueueMeta},
+		{"DedupIDs", testDedups},
 		{"InvalidBatchChangesNothing", testInvalidBatch},
 		{"FailedWriteChangesNothing", testFailedWrite},
 		{"CloseKeepsWrites", func(h *harness) { testReopen(h, false) }},
@@ -613,4 +614,31 @@ func testConcurrentReadWrite(h *harness) {
 	h.checkBounds(s, "q", 0, low, batches*perBatch)
 	h.checkOffsets(s, "q", 0, span(low, batches*perBatch)...)
 	h.checkGroups(s, "q", 0, queue.GroupState{Group: "g", Floor: low})
+}
+
+func testDedups(h *harness) {
+	s := h.shard(0)
+	at := time.UnixMilli(1700000000123).UTC()
+	h.write(s, &queue.Batch{Dedups: []queue.DedupMark{
+		{Queue: "q", Partition: 0, ID: "a", At: at},
+		{Queue: "q", Partition: 0, ID: "a/b\x00c", At: at.Add(time.Second)},
+		{Queue: "q", Partition: 1, ID: "a", At: at},
+		{Queue: "q.b", Partition: 0, ID: "x", At: at},
+	}}, true)
+	h.write(s, &queue.Batch{Dedups: []queue.DedupMark{{Queue: "q", Partition: 1, ID: "a"}}}, false)
+	h.reopen()
+	s = h.shard(0)
+	got, err := s.Dedups("q", 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if len(got) != 2 || !got["a"].Equal(at) || !got["a/b\x00c"].Equal(at.Add(time.Second)) {
+		h.t.Fatalf("dedups of q/0 = %v", got)
+	}
+	if got, _ := s.Dedups("q", 1); len(got) != 0 {
+		h.t.Fatalf("removed dedup-id still there: %v", got)
+	}
+	if got, _ := s.Dedups("q.b", 0); len(got) != 1 {
+		h.t.Fatalf("dedups of q.b/0 = %v", got)
+	}
 }

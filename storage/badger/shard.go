@@ -137,7 +137,7 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 			return err
 		}
 	}
-	return nil
+	return applyDedups(w, b.Dedups)
 }
 
 // applyAppends encodes every key and record of the appends into two
@@ -598,5 +598,5 @@ func validateBatch(b *queue.Batch) error {
 			return err
 		}
 	}
-	return nil
+	return validateDedups(b.Dedups)
 }
