@@ -218,3 +218,91 @@ func TestQueueDelayedDeliverySurvivesRestart(t *testing.T) {
 	}
 	cons.puback(p, 0)
 }
+
+func TestQueueRetentionLimits(t *testing.T) {
+	t.Run("reject keeps the producer connected", func(t *testing.T) {
+		b := startBroker(t, t.TempDir(), func(c *config.Config) { c.Queues.Defaults.MaxMessages = 3 })
+		prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+		for i := 0; i < 3; i++ {
+			if rc := prod.publish("$queue/full", []byte{byte('a' + i)}); rc != 0 {
+				t.Fatalf("publish %d: %#x", i, rc)
+			}
+		}
+		if rc := prod.publish("$queue/full", []byte("d")); rc != 0x97 {
+			t.Fatalf("publish to a full queue: %#x, want 0x97", rc)
+		}
+		cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+		cons.subscribe(1, nil, "$queue/full")
+		for i := 0; i < 3; i++ {
+			cons.puback(cons.next(5*time.Second), 0)
+		}
+		// Once consumed and deleted, the queue takes publishes again, on the same connection.
+		waitFor(t, func() bool { return prod.publish("$queue/full", []byte("e")) == 0 })
+	})
+	t.Run("drop-oldest dead-letters the oldest", func(t *testing.T) {
+		b := startBroker(t, t.TempDir(), func(c *config.Config) {
+			c.Queues.Defaults.MaxMessages = 5
+			c.Queues.Defaults.Overflow = queue.OverflowDropOldest
+			c.Queues.Defaults.Partitions = 1
+		})
+		prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+		for i := 0; i < 8; i++ {
+			if rc := prod.publish("$queue/ring", []byte(strconv.Itoa(i))); rc != 0 {
+				t.Fatalf("publish %d: %#x", i, rc)
+			}
+		}
+		dlq := dialRaw(t, b.MQTTAddr(), "d", connectOpts{})
+		dlq.subscribe(1, nil, "$queue/ring/$dlq")
+		for i := 0; i < 3; i++ {
+			d := dlq.next(5 * time.Second)
+			if string(d.Payload) != strconv.Itoa(i) || userProp(d, "dlq-reason") != "overflow" {
+				t.Fatalf("dead letter %q reason %q, want %d overflow", d.Payload, userProp(d, "dlq-reason"), i)
+			}
+			dlq.puback(d, 0)
+		}
+		cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+		cons.subscribe(1, nil, "$queue/ring")
+		for i := 3; i < 8; i++ {
+			if p := cons.next(5 * time.Second); string(p.Payload) != strconv.Itoa(i) {
+				t.Fatalf("got %q, want %d", p.Payload, i)
+			} else {
+				cons.puback(p, 0)
+			}
+		}
+		cons.none(200 * time.Millisecond)
+	})
+	t.Run("max_age and message expiry dead-letter as expired", func(t *testing.T) {
+		b := startBroker(t, t.TempDir(), func(c *config.Config) { c.Queues.Defaults.MaxAge = 300 * time.Millisecond })
+		prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+		prod.publish("$queue/old", []byte("stale"))
+		dlq := dialRaw(t, b.MQTTAddr(), "d", connectOpts{})
+		dlq.subscribe(1, nil, "$queue/old/$dlq")
+		d := dlq.next(5 * time.Second)
+		if string(d.Payload) != "stale" || userProp(d, "dlq-reason") != "expired" {
+			t.Fatalf("dead letter %q reason %q", d.Payload, userProp(d, "dlq-reason"))
+		}
+		dlq.puback(d, 0)
+		cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+		cons.subscribe(1, nil, "$queue/old")
+		cons.none(300 * time.Millisecond)
+	})
+	t.Run("a message past its MQTT 5 expiry is not delivered", func(t *testing.T) {
+		b := startBroker(t, t.TempDir(), nil)
+		prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+		if rc := prod.publishExpiring("$queue/fresh", []byte("short-lived"), 1); rc != 0 {
+			t.Fatalf("publish: %#x", rc)
+		}
+		prod.publish("$queue/fresh", []byte("durable"), "key", "other")
+		time.Sleep(1100 * time.Millisecond) // let the one-second expiry pass before anyone consumes
+		cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+		cons.subscribe(1, nil, "$queue/fresh")
+		if p := cons.next(5 * time.Second); string(p.Payload) != "durable" {
+			t.Fatalf("delivered %q, want only the unexpired message", p.Payload)
+		}
+		dlq := dialRaw(t, b.MQTTAddr(), "d", connectOpts{})
+		dlq.subscribe(1, nil, "$queue/fresh/$dlq")
+		if d := dlq.next(5 * time.Second); string(d.Payload) != "short-lived" || userProp(d, "dlq-reason") != "expired" {
+			t.Fatalf("dead letter %q reason %q", d.Payload, userProp(d, "dlq-reason"))
+		}
+	})
+}

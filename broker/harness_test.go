@@ -253,6 +253,20 @@ func (c *rawClient) publishAsync(topic string, payload []byte, user ...string) c
 	return ch
 }
 
+// publishExpiring sends a QoS 1 PUBLISH with an MQTT 5 Message Expiry
+// Interval and waits for its PUBACK reason code.
+func (c *rawClient) publishExpiring(topic string, payload []byte, seconds uint32) byte {
+	c.t.Helper()
+	id := c.id16()
+	ch := make(chan *packets.Puback, 1)
+	c.mu.Lock()
+	c.acks[id] = ch
+	c.mu.Unlock()
+	c.write(&packets.Publish{Topic: topic, Payload: payload, QoS: 1, PacketID: id,
+		Properties: &packets.Properties{MessageExpiry: &seconds}})
+	return c.waitAck(ch).ReasonCode
+}
+
 // publish sends a QoS 1 PUBLISH and waits for its PUBACK reason code.
 func (c *rawClient) publish(topic string, payload []byte, user ...string) byte {
 	c.t.Helper()

@@ -53,6 +53,7 @@ type cursor struct {
 	parked int                  // messages parked behind blocked keys
 	counts map[uint64]uint32    // ended deliveries of unsettled offsets, as on disk
 	leased int
+	out    map[uint64]struct{} // offsets with an active lease
 
 	ra       []*Message // read-ahead from storage covering [raFrom, raTo)
 	raPos    int
@@ -78,7 +79,7 @@ func newGroup(q *Queue, name string) *group {
 		claimed: make([]*Consumer, n), owner: make([]*Consumer, n), moveTo: make([]*Consumer, n)}
 	for i, p := range q.parts {
 		g.cursors[i] = &cursor{g: g, p: p, floor: p.first, next: p.first,
-			settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}}
+			settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}, out: map[uint64]struct{}{}}
 	}
 	return g
 }
@@ -282,6 +283,7 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, 
 	c.credit--
 	c.leases[l] = struct{}{}
 	cur.leased++
+	cur.out[m.Offset] = struct{}{}
 	q.stats.Delivered.Add(1)
 	if prior > 0 {
 		q.stats.Redelivered.Add(1)

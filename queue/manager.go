@@ -32,6 +32,9 @@ type ManagerOptions struct {
 	RetainEvery time.Duration
 	// OnCommit, if set, is told about every committed batch.
 	OnCommit func(CommitStats)
+	// OnAck, if set, is told about every acked message: its queue and when
+	// it was enqueued. It runs with the queue's lock held: it must be quick.
+	OnAck func(queue string, enqueuedAt time.Time)
 	// Clock replaces time.Now in tests.
 	Clock func() time.Time
 }
@@ -62,6 +65,8 @@ type Manager struct {
 
 	wg   sync.WaitGroup
 	stop chan struct{}
+
+	admin sync.Mutex // serializes the operations of admin.go
 }
 
 // NewManager recovers the queues found in the store and starts the
@@ -159,8 +164,12 @@ func (m *Manager) build(name string, opts Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The dead-letter queue keeps its parent's limits but drops its own
+	// oldest when full rather than refusing a dead letter.
 	dopts := opts
-	dopts.MaxMessages, dopts.MaxBytes = 0, 0
+	if dopts.MaxMessages > 0 {
+		dopts.Overflow = OverflowDropOldest
+	}
 	dlq, err := m.buildOne(DLQName(name), dopts)
 	if err != nil {
 		return nil, err

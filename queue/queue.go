@@ -21,10 +21,11 @@ type Queue struct {
 	// dlq is the queue's dead-letter queue; nil for a dead-letter queue.
 	dlq *Queue
 
-	mu     sync.Mutex
-	groups map[string]*group
-	closed bool
-	dedup  dedupIndex
+	mu       sync.Mutex
+	groups   map[string]*group
+	closed   bool
+	dedup    dedupIndex
+	evicting bool
 
 	stats Stats
 }
@@ -33,13 +34,21 @@ type Queue struct {
 type Stats struct {
 	Enqueued, Delivered, Redelivered, Acked, Nacked, Rejected atomic.Uint64
 	DeadLettered, Expired, LeasesLost, Deduplicated           atomic.Uint64
+	// Dropped counts messages a dead-letter queue evicted (it has no
+	// dead-letter queue of its own).
+	Dropped atomic.Uint64
 }
 
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
-// Options returns the queue's settings.
-func (q *Queue) Options() Options { return q.opts }
+// Options returns the queue's settings. Declare may change them: do not
+// call it with the queue's lock held.
+func (q *Queue) Options() Options {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.opts
+}
 
 // DLQ returns the queue's dead-letter queue, or nil for a dead-letter queue.
 func (q *Queue) DLQ() *Queue { return q.dlq }
@@ -128,15 +137,18 @@ func finish(done func(error), err error) {
 	}
 }
 
+// fullLocked reports whether a new publish must be refused: the queue holds
+// max_messages and its overflow policy is reject. With drop-oldest the
+// publish is taken and the oldest messages are evicted.
 func (q *Queue) fullLocked() bool {
-	if q.opts.MaxMessages <= 0 {
+	if q.opts.MaxMessages <= 0 || q.depthLocked() < q.opts.MaxMessages {
 		return false
 	}
-	var depth int64
-	for _, p := range q.parts {
-		depth += int64(p.next - p.first)
+	if q.opts.Overflow == OverflowDropOldest {
+		q.startEvictionLocked(q.m.now())
+		return false
 	}
-	return depth >= q.opts.MaxMessages
+	return true
 }
 
 // appended makes a committed message visible to consumers. Appends of a
@@ -232,10 +244,14 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 	l.active = false
 	delete(c.leases, l)
 	l.cur.leased--
+	delete(l.cur.out, l.m.Offset)
 	b := new(Batch)
 	switch o {
 	case Ack:
 		q.stats.Acked.Add(1)
+		if f := q.m.opts.OnAck; f != nil {
+			f(q.name, l.m.EnqueuedAt)
+		}
 		l.cur.doneLocked(l.m, b)
 	case Nack:
 		q.stats.Nacked.Add(1)
@@ -265,6 +281,7 @@ func (q *Queue) freeSlotLocked(l *Lease) {
 func (q *Queue) releaseLocked(l *Lease, b *Batch, now time.Time) {
 	l.active = false
 	l.cur.leased--
+	delete(l.cur.out, l.m.Offset)
 	q.endDeliveryLocked(l, b, now, false)
 }
 
@@ -451,6 +468,7 @@ func (q *Queue) tick(now time.Time, retain bool) {
 	}
 	q.flushStateLocked(b)
 	if retain {
+		q.startEvictionLocked(now)
 		q.retainLocked(b)
 		for _, e := range q.dedup.expire(now, q.opts.DedupWindow) {
 			b.Dedups = append(b.Dedups, DedupMark{Queue: q.name, Partition: e.partition, ID: e.id})
