@@ -53,6 +53,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	bo := badger.DefaultOptions()
 	bo.Shards = cfg.Storage.Shards
 	bo.Logger = log
+	bo.AsyncWrites = anyAsync(cfg)
 	store, err := badger.Open(cfg.DataDir, bo)
 	if err != nil {
 		return nil, err
@@ -92,6 +93,21 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// anyAsync reports whether any queue of cfg may have durability async: then
+// the store lets unsynced writes return and syncs every sync_interval; else
+// every commit fsyncs inside Badger.
+func anyAsync(cfg *config.Config) bool {
+	if cfg.Queues.Defaults.Durability == queue.DurabilityAsync {
+		return true
+	}
+	for _, o := range cfg.Queues.Declared {
+		if o.Durability == queue.DurabilityAsync {
+			return true
+		}
+	}
+	return false
 }
 
 // newMQTTServer returns a mochi server with shardq's settings: the

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -141,4 +142,63 @@ func TestQueueMosquittoClients(t *testing.T) {
 	cons.subscribe(1, nil, "$share/g/$queue/sensors")
 	cons.none(300 * time.Millisecond)
 	_ = packets.PUBLISH
+}
+
+// TestQueueAsyncDurabilityKill9 runs a queue with durability async: PUBACKs
+// come before the fsync, which happens every sync_interval. Every message
+// acknowledged more than one interval before a SIGKILL must survive it.
+func TestQueueAsyncDurabilityKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	dir := t.TempDir()
+	cfg := dir + "/shardq.yaml"
+	if err := os.WriteFile(cfg, []byte("queues:\n  defaults:\n    durability: async\nstorage:\n  sync_interval: 50ms\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, dir+"/data", "--config", cfg)
+	c := dialRaw(t, p.mqtt, "async-producer", connectOpts{})
+	type ack struct {
+		payload string
+		at      time.Time
+	}
+	var acked []ack
+	var pending []chan *packets.Puback
+	var payloads []string
+	for i := 0; i < 3000; i++ {
+		payload := fmt.Sprintf("a-%05d", i)
+		pending = append(pending, c.publishAsync("$queue/fast", []byte(payload), "key", strconv.Itoa(i%8)))
+		payloads = append(payloads, payload)
+		if len(pending) == 64 || i == 2999 {
+			for j, ch := range pending {
+				if a := c.waitAck(ch); a.ReasonCode == 0 {
+					acked = append(acked, ack{payloads[j], time.Now()})
+				}
+			}
+			pending, payloads = pending[:0], payloads[:0]
+		}
+	}
+	time.Sleep(120 * time.Millisecond) // more than two sync intervals
+	killed := time.Now()
+	p.kill()
+
+	p2 := startProcess(t, dir+"/data", "--config", cfg)
+	cons := dialRaw(t, p2.mqtt, "async-verify", connectOpts{})
+	cons.subscribe(1, map[string]string{"prefetch": "1000"}, "$queue/fast")
+	got := map[string]bool{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(got) < len(acked) && time.Now().Before(deadline) {
+		select {
+		case m := <-cons.msgs:
+			got[string(m.Payload)] = true
+			cons.puback(m, 0)
+		case <-time.After(2 * time.Second):
+		}
+	}
+	for _, a := range acked {
+		if killed.Sub(a.at) > 50*time.Millisecond && !got[a.payload] {
+			t.Fatalf("%s, acknowledged %s before the kill, is lost", a.payload, killed.Sub(a.at))
+		}
+	}
+	t.Logf("%d acknowledged with durability async, %d back after SIGKILL", len(acked), len(got))
 }

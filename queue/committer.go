@@ -2,6 +2,7 @@ package queue
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,6 +34,9 @@ type committer struct {
 
 	completions chan completion
 	stopped     chan struct{}
+
+	// unsynced: a batch was written without a sync since the last sync.
+	unsynced atomic.Bool
 }
 
 type completion struct {
@@ -86,6 +90,14 @@ func (c *committer) submit(r commitReq) {
 	}
 }
 
+// syncIfNeeded makes the writes of async queues durable: it queues an
+// empty synced batch when something was written without a sync.
+func (c *committer) syncIfNeeded() {
+	if c.unsynced.Load() {
+		c.submit(commitReq{sync: true})
+	}
+}
+
 // close stops accepting requests, writes what is pending, runs every
 // callback and returns when done.
 func (c *committer) close() {
@@ -114,7 +126,15 @@ func (c *committer) run() {
 		for len(reqs) > 0 {
 			n := c.fill(&b, reqs)
 			start := time.Now()
-			err := c.shard.Write(&b, c.anySync(reqs[:n]))
+			sync := c.anySync(reqs[:n])
+			err := c.shard.Write(&b, sync)
+			if err == nil {
+				if sync {
+					c.unsynced.Store(false)
+				} else if b.Len() > 0 {
+					c.unsynced.Store(true)
+				}
+			}
 			if c.observe != nil {
 				c.observe(CommitStats{Requests: n, Writes: b.Len(), Duration: time.Since(start), Err: err})
 			}

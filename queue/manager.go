@@ -30,6 +30,9 @@ type ManagerOptions struct {
 	Tick time.Duration
 	// RetainEvery is how often settled messages are deleted.
 	RetainEvery time.Duration
+	// SyncInterval is how often the writes of queues with durability
+	// async are fsynced.
+	SyncInterval time.Duration
 	// OnCommit, if set, is told about every committed batch.
 	OnCommit func(CommitStats)
 	// OnAck, if set, is told about every acked message: its queue and when
@@ -42,13 +45,14 @@ type ManagerOptions struct {
 // DefaultManagerOptions returns the fine-tuning defaults.
 func DefaultManagerOptions() ManagerOptions {
 	return ManagerOptions{
-		Defaults:    DefaultOptions(),
-		AutoCreate:  true,
-		RingSize:    4096,
-		MaxBatch:    4096,
-		MaxPayload:  1 << 20,
-		Tick:        20 * time.Millisecond,
-		RetainEvery: 500 * time.Millisecond,
+		Defaults:     DefaultOptions(),
+		AutoCreate:   true,
+		RingSize:     4096,
+		MaxBatch:     4096,
+		MaxPayload:   1 << 20,
+		Tick:         20 * time.Millisecond,
+		RetainEvery:  500 * time.Millisecond,
+		SyncInterval: 100 * time.Millisecond,
 	}
 }
 
@@ -85,6 +89,9 @@ func NewManager(o ManagerOptions) (*Manager, error) {
 	}
 	if o.RetainEvery <= 0 {
 		o.RetainEvery = d.RetainEvery
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = d.SyncInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -319,11 +326,18 @@ func (m *Manager) Subscribe(ctx context.Context, f Filter, r Receiver, o Consume
 func (m *Manager) run() {
 	t := time.NewTicker(m.opts.Tick)
 	defer t.Stop()
+	st := time.NewTicker(m.opts.SyncInterval)
+	defer st.Stop()
 	lastRetain := m.now()
 	for {
 		select {
 		case <-m.stop:
 			return
+		case <-st.C:
+			for _, c := range m.committers {
+				c.syncIfNeeded()
+			}
+			continue
 		case <-t.C:
 		}
 		now := m.now()

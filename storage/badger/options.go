@@ -26,6 +26,11 @@ type Options struct {
 	// Logger receives the store's and Badger's warnings and errors; Badger's
 	// info messages go to it at debug level. nil means slog.Default().
 	Logger *slog.Logger `yaml:"-"`
+	// AsyncWrites lets Write return before its batch is fsynced when its
+	// sync flag is false (queues with durability async). A Write with sync
+	// true is still durable when it returns: it syncs the logs explicitly.
+	// Off (the default), every commit fsyncs in Badger itself.
+	AsyncWrites bool `yaml:"async_writes"`
 
 	// Fine tuning.
 
@@ -143,11 +148,12 @@ func (o Options) Validate() error {
 //
 // SyncWrites makes every commit fsync the memtable's write-ahead log and the
 // value log before it returns: Write is durable when it returns nil, whatever
-// its sync flag. Conflict detection is off because one goroutine writes each
+// its sync flag. With AsyncWrites, SyncWrites is off and Write syncs the logs
+// itself when its sync flag asks for it (see Shard.Write). Conflict detection is off because one goroutine writes each
 // shard. One version per key is kept: nothing reads old versions.
 func badgerOptions(dir string, o Options, log *slog.Logger) bdg.Options {
 	return bdg.DefaultOptions(dir).
-		WithSyncWrites(true).
+		WithSyncWrites(!o.AsyncWrites).
 		WithDetectConflicts(false).
 		WithNumVersionsToKeep(1).
 		WithLogger(slogLogger{log}).

@@ -32,6 +32,12 @@ type Shard struct {
 	mu     sync.RWMutex // held shared by every operation, exclusively by close
 	closed bool
 
+	// async: SyncWrites is off (Options.AsyncWrites); writeMu then orders
+	// writes, syncs and value-log GC so that a sync covers every write
+	// before it.
+	async   bool
+	writeMu sync.Mutex
+
 	splits atomic.Int64 // commits past the first caused by ErrTxnTooBig
 }
 
@@ -60,11 +66,26 @@ func (s *Shard) Write(b *queue.Batch, sync bool) error {
 		return err
 	}
 	defer s.mu.RUnlock()
+	if s.async {
+		// Nothing else may write between the commit and the sync: a memtable
+		// rotated in between would keep this batch in a log DB.Sync skips.
+		s.writeMu.Lock()
+		defer s.writeMu.Unlock()
+	}
+	if b.Len() == 0 {
+		if sync && s.async {
+			return s.syncLocked()
+		}
+		return nil
+	}
 	w := &txnWriter{db: s.db, txn: s.db.NewTransaction(true)}
 	defer w.discard()
 	err := s.apply(w, b)
 	if err == nil {
 		err = w.commit()
+	}
+	if err == nil && sync && s.async {
+		err = s.syncLocked()
 	}
 	if err != nil {
 		return fmt.Errorf("storage: shard %d: write: %w", s.id, err)
@@ -285,6 +306,14 @@ func (s *Shard) Sync() error {
 		return err
 	}
 	defer s.mu.RUnlock()
+	if s.async {
+		s.writeMu.Lock()
+		defer s.writeMu.Unlock()
+	}
+	return s.syncLocked()
+}
+
+func (s *Shard) syncLocked() error {
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("storage: shard %d: sync: %w", s.id, err)
 	}
@@ -519,7 +548,13 @@ func (s *Shard) runGC(ratio float64, stop <-chan struct{}) {
 			return
 		default:
 		}
+		if s.async {
+			s.writeMu.Lock()
+		}
 		err := s.db.RunValueLogGC(ratio)
+		if s.async {
+			s.writeMu.Unlock()
+		}
 		switch {
 		case err == nil:
 			s.log.Debug("value log file rewritten")

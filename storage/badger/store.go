@@ -184,5 +184,5 @@ func openShard(i int, dir string, o Options) (*Shard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: opening shard %d in %s: %w", i, dir, err)
 	}
-	return &Shard{id: i, db: db, log: log}, nil
+	return &Shard{id: i, db: db, log: log, async: o.AsyncWrites}, nil
 }
