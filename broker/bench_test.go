@@ -63,13 +63,7 @@ func runLoad(b *testing.B, cfg bench.Config) *bench.Result {
 //	go test -run '^$' -bench BenchmarkCycle -benchtime 3x ./broker/
 func BenchmarkCycle(b *testing.B) {
 	ref := startMochi(b)
-	load := func(scenario bench.Scenario, broker string) bench.Config {
-		c := bench.DefaultConfig()
-		c.Scenario, c.Broker = scenario, broker
-		c.Producers, c.Consumers, c.Size, c.Window = 4, 1, 64, 64
-		c.Duration, c.Warmup, c.Drain = 4*time.Second, time.Second, 20*time.Second
-		return c
-	}
+	load := cycleLoad
 	for _, ordering := range []queue.Ordering{queue.OrderNone, queue.OrderKey} {
 		b.Run(fmt.Sprintf("ordering=%s,keys=64,shards=2", ordering), func(b *testing.B) {
 			sq := startBroker(b, b.TempDir(), func(c *config.Config) {
@@ -97,6 +91,44 @@ func BenchmarkCycle(b *testing.B) {
 			b.ReportMetric(h.PubAckP99Ms, "p99-puback-ms@half")
 		})
 	}
+}
+
+// BenchmarkCycleShards runs the durable cycle (ordering none) with 1, 2, 4
+// and 8 storage shards, each round beside vanilla mochi, to choose the
+// default shard count.
+//
+//	go test -run '^$' -bench BenchmarkCycleShards -benchtime 3x ./broker/
+func BenchmarkCycleShards(b *testing.B) {
+	ref := startMochi(b)
+	for _, shards := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
+			sq := startBroker(b, b.TempDir(), func(c *config.Config) {
+				c.Storage.Shards = shards
+				c.Queues.Defaults.Ordering = queue.OrderNone
+				c.Queues.Defaults.Prefetch = 1024
+			})
+			var ratios, ours []float64
+			for i := 0; i < b.N; i++ {
+				m := runLoad(b, cycleLoad(bench.ScenarioPubSub, ref))
+				cfg := cycleLoad(bench.ScenarioCycle, sq.MQTTAddr())
+				cfg.ReceiveMaximum = 1024
+				r := runLoad(b, cfg)
+				ours = append(ours, *r.Throughput)
+				ratios = append(ratios, *r.Throughput / *m.Throughput)
+			}
+			b.ReportMetric(median(ours), "msgs/s")
+			b.ReportMetric(median(ratios), "x-mochi")
+		})
+	}
+}
+
+// cycleLoad is the client load of the full-cycle benchmarks.
+func cycleLoad(scenario bench.Scenario, broker string) bench.Config {
+	c := bench.DefaultConfig()
+	c.Scenario, c.Broker = scenario, broker
+	c.Producers, c.Consumers, c.Size, c.Window = 4, 1, 64, 64
+	c.Duration, c.Warmup, c.Drain = 4*time.Second, time.Second, 20*time.Second
+	return c
 }
 
 func median(xs []float64) float64 {

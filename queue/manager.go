@@ -3,9 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -122,13 +120,9 @@ func (m *Manager) now() time.Time {
 	return time.Now()
 }
 
-// shardOf maps a partition to its shard: FNV-1a of "queue/partition".
+// shardOf maps a partition to its shard (see ShardOf).
 func (m *Manager) shardOf(queue string, partition int) int {
-	h := fnv.New32a()
-	h.Write([]byte(queue))
-	h.Write([]byte{'/'})
-	h.Write([]byte(strconv.Itoa(partition)))
-	return int(h.Sum32() % uint32(len(m.shards)))
+	return ShardOf(queue, partition, len(m.shards))
 }
 
 func (m *Manager) recover() error {
