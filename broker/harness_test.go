@@ -238,18 +238,25 @@ func (c *rawClient) subscribe(qos byte, user map[string]string, filters ...strin
 	}
 }
 
-// publishAsync sends a QoS 1 PUBLISH and returns the channel its PUBACK arrives on.
+// publishAsync sends a QoS 1 PUBLISH with user properties (name, value,
+// ...) and returns the channel its PUBACK arrives on.
 func (c *rawClient) publishAsync(topic string, payload []byte, user ...string) chan *packets.Puback {
+	props := &packets.Properties{}
+	for i := 0; i+1 < len(user); i += 2 {
+		props.User = append(props.User, packets.User{Key: user[i], Value: user[i+1]})
+	}
+	return c.publishProps(topic, payload, props)
+}
+
+// publishProps sends a QoS 1 PUBLISH with the given properties and returns
+// the channel its PUBACK arrives on.
+func (c *rawClient) publishProps(topic string, payload []byte, props *packets.Properties) chan *packets.Puback {
 	id := c.id16()
 	ch := make(chan *packets.Puback, 1)
 	c.mu.Lock()
 	c.acks[id] = ch
 	c.mu.Unlock()
-	p := &packets.Publish{Topic: topic, Payload: payload, QoS: 1, PacketID: id, Properties: &packets.Properties{}}
-	for i := 0; i+1 < len(user); i += 2 {
-		p.Properties.User = append(p.Properties.User, packets.User{Key: user[i], Value: user[i+1]})
-	}
-	c.write(p)
+	c.write(&packets.Publish{Topic: topic, Payload: payload, QoS: 1, PacketID: id, Properties: props})
 	return ch
 }
 
@@ -257,14 +264,7 @@ func (c *rawClient) publishAsync(topic string, payload []byte, user ...string) c
 // Interval and waits for its PUBACK reason code.
 func (c *rawClient) publishExpiring(topic string, payload []byte, seconds uint32) byte {
 	c.t.Helper()
-	id := c.id16()
-	ch := make(chan *packets.Puback, 1)
-	c.mu.Lock()
-	c.acks[id] = ch
-	c.mu.Unlock()
-	c.write(&packets.Publish{Topic: topic, Payload: payload, QoS: 1, PacketID: id,
-		Properties: &packets.Properties{MessageExpiry: &seconds}})
-	return c.waitAck(ch).ReasonCode
+	return c.waitAck(c.publishProps(topic, payload, &packets.Properties{MessageExpiry: &seconds})).ReasonCode
 }
 
 // publish sends a QoS 1 PUBLISH and waits for its PUBACK reason code.
