@@ -4,7 +4,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: all build test bench fuzz lint verify clean
+.PHONY: all build test bench bench-compare fuzz lint verify clean
 
 all: build
 
@@ -16,6 +16,12 @@ test:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5s ./bench/... ./broker/...
+
+# bench-compare measures shardq's durable cycle against vanilla mochi and
+# mosquitto pub/sub on this machine and writes docs/BENCHMARKS.md. ROUNDS,
+# DURATION, WARMUP, BENCH_ARGS and OUT tune it (scripts/bench-compare.sh).
+bench-compare:
+	GO=$(GO) ./scripts/bench-compare.sh
 
 # Each fuzz target runs for FUZZTIME; found crashers land in testdata/fuzz.
 fuzz:

@@ -82,7 +82,13 @@
 // report gives the median ratio.
 //
 //	go run ./bench/mochi --addr 127.0.0.1:1884 &
-//	go run ./bench/cmd/shardq-bench cycle --broker 127.0.0.1:1883 --vs 127.0.0.1:1884 --json
+//	go run ./cmd/shardq bench cycle --broker 127.0.0.1:1883 --vs 127.0.0.1:1884 --json
+//
+// `make bench-compare` (scripts/bench-compare.sh) starts shardq,
+// bench/mochi and mosquitto side by side, runs cycle against shardq and
+// pubsub against the others, every broker once per round, and writes
+// docs/BENCHMARKS.md with bench/cmd/benchreport; bench/fsyncprobe measures
+// the disk for its machine line.
 //
 // From Go:
 //

@@ -56,3 +56,13 @@ func (p *partition) cached(off uint64) (m *Message, inRing bool) {
 	}
 	return m, true
 }
+
+// trim releases the ring's messages below first, once they are deleted, so
+// that an idle queue does not hold its last ring's worth of messages.
+func (p *partition) trim(first uint64) {
+	for off := max(p.ringLow, first-min(first, uint64(len(p.ring)))); off < first && off < p.committed; off++ {
+		if m := p.ring[off%uint64(len(p.ring))]; m != nil && m.Offset == off {
+			p.ring[off%uint64(len(p.ring))] = nil
+		}
+	}
+}

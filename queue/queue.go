@@ -501,6 +501,7 @@ func (q *Queue) retainLocked(b *Batch) {
 		if low > p.first {
 			b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: i, From: p.first, To: low})
 			p.first = low
+			p.trim(low)
 		}
 	}
 }

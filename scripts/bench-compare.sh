@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+# bench-compare.sh measures shardq's durable queue cycle against plain QoS 1
+# pub/sub on vanilla mochi and, where installed, mosquitto, all on this
+# machine, and writes a markdown report. `make bench-compare` runs it.
+#
+# It builds bin/shardq and bin/mochi, starts on 127.0.0.1:
+#   shardq-none  bin/shardq serve, queues with ordering: none, prefetch 1024
+#   shardq-key   bin/shardq serve, queues with ordering: key, prefetch 1024
+#   mochi        bin/mochi, vanilla mochi (bench/mochi)
+#   mosquitto    mosquitto with a config of its own, if `mosquitto` is found
+# then runs `shardq bench pubsub` against mochi and mosquitto and
+# `shardq bench cycle` against both shardq nodes, every broker once per
+# round, for ROUNDS rounds, and writes the report (bench/cmd/benchreport).
+# Every process it starts is stopped when it exits.
+#
+# Environment:
+#   ROUNDS=3              rounds
+#   DURATION=5s           measured time of each run
+#   WARMUP=1s             warm-up of each run, not measured
+#   BENCH_ARGS=           more flags for every run, e.g. "--producers 8"
+#   OUT=docs/BENCHMARKS.md
+#   WORK_DIR=             data directories, configs, logs and results; default
+#                         a new directory in ${TMPDIR:-/tmp}, removed at exit
+#   KEEP=1                keep WORK_DIR (it is printed)
+#   GO=go
+#
+# It exits 1 when a broker does not come up, and, after writing the report,
+# when any run was not valid (lost or reordered messages, or failed).
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-1s}
+OUT=${OUT:-docs/BENCHMARKS.md}
+GO=${GO:-go}
+read -ra extra_args <<<"${BENCH_ARGS:-}"
+
+cd "$(dirname "$0")/.."
+
+die() {
+	echo "bench-compare: $*" >&2
+	exit 1
+}
+
+declare -A pid port
+used_ports=" "
+
+cleanup() {
+	local name
+	for name in "${!pid[@]}"; do
+		kill -TERM "${pid[$name]}" 2>/dev/null || true
+	done
+	for name in "${!pid[@]}"; do
+		for _ in $(seq 100); do
+			kill -0 "${pid[$name]}" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "${pid[$name]}" 2>/dev/null; then
+			echo "bench-compare: $name (pid ${pid[$name]}) did not stop in 10s: killing it" >&2
+			kill -KILL "${pid[$name]}" 2>/dev/null || true
+		fi
+		wait "${pid[$name]}" 2>/dev/null || true
+	done
+	if [[ -n ${work:-} && ${KEEP:-} != 1 && -z ${WORK_DIR:-} ]]; then
+		rm -rf "$work"
+	elif [[ -n ${work:-} ]]; then
+		echo "bench-compare: logs, configs and results are in $work" >&2
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# free_port sets REPLY to a port nothing listens on, below Linux's ephemeral
+# range so that no outgoing connection holds it.
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 12000))
+		[[ $used_ports == *" $p "* ]] && continue
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			used_ports+="$p "
+			REPLY=$p
+			return
+		fi
+	done
+	die "no free TCP port found on 127.0.0.1"
+}
+
+# start NAME CMD...: runs CMD in the background, logging to WORK/NAME.log,
+# on the port free_port picked last.
+start() {
+	local name=$1
+	shift
+	"$@" >"$work/$name.log" 2>&1 &
+	pid[$name]=$!
+	port[$name]=$REPLY
+}
+
+# wait_up NAME: waits until NAME accepts TCP connections.
+wait_up() {
+	local name=$1
+	for _ in $(seq 200); do
+		if ! kill -0 "${pid[$name]}" 2>/dev/null; then
+			echo "bench-compare: $name exited before accepting connections; its log:" >&2
+			tail -n 20 "$work/$name.log" >&2
+			exit 1
+		fi
+		if (exec 3<>"/dev/tcp/127.0.0.1/${port[$name]}") 2>/dev/null; then
+			echo "  $name: pid ${pid[$name]}, 127.0.0.1:${port[$name]}"
+			return
+		fi
+		sleep 0.1
+	done
+	echo "bench-compare: $name does not accept connections on 127.0.0.1:${port[$name]} after 20s; its log:" >&2
+	tail -n 20 "$work/$name.log" >&2
+	exit 1
+}
+
+if [[ -n ${WORK_DIR:-} ]]; then
+	work=$WORK_DIR
+	mkdir -p "$work"
+else
+	work=$(mktemp -d "${TMPDIR:-/tmp}/shardq-bench.XXXXXX")
+fi
+rm -rf "$work/results" "$work/data-none" "$work/data-key" # a WORK_DIR used before
+mkdir -p "$work/results" "$work/bin"
+
+echo "building bin/shardq, bin/mochi and the report tools"
+$GO build -o bin/shardq ./cmd/shardq
+$GO build -o bin/mochi ./bench/mochi
+$GO build -o "$work/bin/benchreport" ./bench/cmd/benchreport
+$GO build -o "$work/bin/fsyncprobe" ./bench/fsyncprobe
+
+# The disk, measured before any broker runs, where the data directories are.
+"$work/bin/fsyncprobe" --dir "$work" --json >"$work/fsync.json"
+fs_type=$(df --output=fstype "$work" 2>/dev/null | tail -n 1 || true)
+
+mosquitto_bin=$(command -v mosquitto || true)
+if [[ -z $mosquitto_bin && -x /usr/sbin/mosquitto ]]; then
+	mosquitto_bin=/usr/sbin/mosquitto # Debian's, when /usr/sbin is not on PATH
+fi
+
+for ordering in none key; do
+	cat >"$work/shardq-$ordering.yaml" <<EOF
+# shardq for scripts/bench-compare.sh
+queues:
+  defaults:
+    ordering: $ordering
+    prefetch: 1024
+    durability: fsync
+EOF
+done
+
+echo "starting the brokers"
+free_port
+start shardq-none bin/shardq serve --config "$work/shardq-none.yaml" --data-dir "$work/data-none" \
+	--mqtt "127.0.0.1:$REPLY" --ws "" --http "" --node-id bench-none
+free_port
+start shardq-key bin/shardq serve --config "$work/shardq-key.yaml" --data-dir "$work/data-key" \
+	--mqtt "127.0.0.1:$REPLY" --ws "" --http "" --node-id bench-key
+free_port
+start mochi bin/mochi --addr "127.0.0.1:$REPLY"
+if [[ -n $mosquitto_bin ]]; then
+	free_port
+	cat >"$work/mosquitto.conf" <<EOF
+# mosquitto for scripts/bench-compare.sh
+listener $REPLY 127.0.0.1
+allow_anonymous true
+set_tcp_nodelay true
+max_inflight_messages 0
+max_queued_messages 0
+persistence false
+log_dest stderr
+log_type error
+log_type warning
+EOF
+	start mosquitto "$mosquitto_bin" -c "$work/mosquitto.conf"
+else
+	echo "  mosquitto is not installed: measuring shardq and mochi only"
+fi
+for name in shardq-none shardq-key mochi mosquitto; do
+	[[ -n ${pid[$name]:-} ]] && wait_up "$name"
+done
+
+# The runs in the order each round runs them: NAME SCENARIO FLAGS...
+runs=(
+	"mochi pubsub"
+	"mosquitto pubsub"
+	"shardq-none cycle --receive-max 1024"
+	"shardq-key cycle --receive-max 1024 --keys 64 --ordering-check"
+)
+failed=()
+results=()
+for round in $(seq "$ROUNDS"); do
+	for spec in "${runs[@]}"; do
+		read -r name scenario flags <<<"$spec"
+		[[ -n ${pid[$name]:-} ]] || continue
+		kill -0 "${pid[$name]}" 2>/dev/null || die "$name (pid ${pid[$name]}) has exited; its log: $work/$name.log"
+		read -ra run_flags <<<"${flags:-}"
+		out="$work/results/$name-r$round.json"
+		results+=("$out")
+		code=0
+		bin/shardq bench "$scenario" --broker "127.0.0.1:${port[$name]}" --broker-pid "${pid[$name]}" \
+			--duration "$DURATION" --warmup "$WARMUP" --json \
+			${run_flags[@]+"${run_flags[@]}"} ${extra_args[@]+"${extra_args[@]}"} \
+			>"$out" 2>"${out%.json}.err" || code=$?
+		status=$(sed -n 's/^  "status": "\(.*\)",$/\1/p' "$out")
+		rate=$(sed -n 's/^  "throughput_msgs_per_s": \([0-9]*\).*/\1/p' "$out")
+		printf '  round %d  %-12s %-7s %-8s %s\n' "$round" "$name" "$scenario" "${status:-ERROR}" "${rate:+$rate msgs/s}"
+		if [[ $code == 2 ]]; then
+			cat "${out%.json}.err" >&2
+			die "shardq bench refused its arguments"
+		fi
+		if [[ $code != 0 ]]; then
+			failed+=("$name round $round: ${status:-$(head -n 1 "${out%.json}.err")}")
+		fi
+	done
+done
+
+mochi_version=$($GO list -m -f '{{.Version}}' github.com/mochi-mqtt/server/v2)
+commit="commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [[ -n $(git status --porcelain 2>/dev/null) ]]; then
+	commit+=" with uncommitted changes"
+fi
+
+report_args=(
+	-o "$OUT" -fsync "$work/fsync.json" -fs "$fs_type" -commit "$commit"
+	-duration "$DURATION" -warmup "$WARMUP"
+	-run "mochi=vanilla mochi-mqtt/server $mochi_version (bench/mochi: no hooks, allow-all auth), \`pubsub\`: a plain topic at QoS 1, in memory"
+)
+if [[ -n ${pid[mosquitto]:-} ]]; then
+	mosquitto_version=$({ "$mosquitto_bin" -h 2>&1 || true; } | sed -n 's/^mosquitto version //p' | head -n 1)
+	report_args+=(-run "mosquitto=mosquitto $mosquitto_version, \`pubsub\`: a plain topic at QoS 1, in memory; \`set_tcp_nodelay true\`, no in-flight or queued limit")
+fi
+report_args+=(
+	-run "shardq-none=shardq \`cycle\`: publish to \`\$queue/bench-{run}\`, each PUBACK after the fsync of its batch (\`durability: fsync\`); one consumer in a group settling each delivery with a PUBACK; \`ordering: none\`, \`prefetch: 1024\`, consumer Receive Maximum 1024"
+	-run "shardq-key=the same with \`ordering: key\`: one unsettled message per key at a time, 64 keys; a run with any per-key reordering is invalid"
+	-ratio shardq-none/mochi@0.9
+)
+if [[ -n ${pid[mosquitto]:-} ]]; then
+	report_args+=(-ratio shardq-none/mosquitto@1)
+fi
+report_args+=(-ratio shardq-key/mochi)
+if [[ -n ${pid[mosquitto]:-} ]]; then
+	report_args+=(-ratio shardq-key/mosquitto)
+else
+	report_args+=(-note "mosquitto is not installed on this machine: not measured.")
+fi
+report_args+=(
+	-note "Each run is \`shardq bench SCENARIO --broker 127.0.0.1:PORT --duration $DURATION --warmup $WARMUP${BENCH_ARGS:+ $BENCH_ARGS} --json\`, with \`--receive-max 1024\` against shardq and \`--keys 64 --ordering-check\` against \`shardq-key\`; the brokers run side by side, idle but for the one measured."
+	-attach "shardq-none, \`--config\`=$work/shardq-none.yaml"
+	-attach "shardq-key, \`--config\`=$work/shardq-key.yaml"
+)
+if [[ -n ${pid[mosquitto]:-} ]]; then
+	report_args+=(-attach "mosquitto, \`-c\` (the port changes from run to run)=$work/mosquitto.conf")
+fi
+
+mkdir -p "$(dirname "$OUT")"
+"$work/bin/benchreport" "${report_args[@]}" "${results[@]}"
+echo "wrote $OUT"
+
+if ((${#failed[@]} > 0)); then
+	echo "bench-compare: runs that were not valid:" >&2
+	printf '  %s\n' "${failed[@]}" >&2
+	exit 1
+fi
