@@ -83,7 +83,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		"queues", len(b.manager.Queues())/2, "took", time.Since(start).Round(time.Millisecond))
 
 	b.server = newMQTTServer(log, cfg.Storage.MaxPayload)
-	b.hook = hooks.New(hooks.Options{Manager: b.manager, Logger: log})
+	b.hook = hooks.New(hooks.Options{Manager: b.manager, Server: b.server, Logger: log})
 	if err := b.server.AddHook(new(auth.AllowHook), nil); err != nil {
 		b.closeStorage(context.Background())
 		return nil, err

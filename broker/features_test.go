@@ -306,3 +306,59 @@ func TestQueueRetentionLimits(t *testing.T) {
 		}
 	})
 }
+
+func TestQueueWillIsEnqueuedAndReachesNoPlainSubscriber(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	plain := dialRaw(t, b.MQTTAddr(), "plain", connectOpts{})
+	plain.subscribe(1, nil, "$share/g/#")
+	consumer := dialRaw(t, b.MQTTAddr(), "consumer", connectOpts{})
+	consumer.subscribe(1, nil, "$queue/status")
+
+	device := dialRaw(t, b.MQTTAddr(), "device-9", connectOpts{will: "$queue/status", willMsg: "device-9 offline"})
+	device.close() // the connection drops without DISCONNECT: the broker sends the will
+
+	p := consumer.next(5 * time.Second)
+	if string(p.Payload) != "device-9 offline" || userProp(p, "msg-id") == "" || userProp(p, "key") != "device-9" {
+		t.Fatalf("will delivered as %q msg-id %q key %q, want a queue delivery keyed by the client", p.Payload, userProp(p, "msg-id"), userProp(p, "key"))
+	}
+	consumer.puback(p, 0)
+	plain.none(300 * time.Millisecond)
+	// Not retained either: a new plain subscriber to the topic gets nothing.
+	late := dialRaw(t, b.MQTTAddr(), "late", connectOpts{})
+	late.subscribe(1, nil, "$share/h/#")
+	late.none(200 * time.Millisecond)
+}
+
+func TestQueueResumedSessionKeepsSubscriptionSettings(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *config.Config) { c.Queues.Defaults.AckTimeout = time.Hour })
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	c1 := dialRaw(t, b.MQTTAddr(), "worker", connectOpts{keepClean: true, expiry: 3600})
+	if rc := c1.subscribe(1, map[string]string{"ack": "explicit", "group": "jobs"}, "$queue/tasks"); rc[0] != 1 {
+		t.Fatalf("SUBACK %#x", rc[0])
+	}
+	c1.close()
+	c2 := dialRaw(t, b.MQTTAddr(), "worker", connectOpts{keepClean: true, expiry: 3600}) // session resumed
+	prod.publish("$queue/tasks", []byte("t1"))
+	p := c2.next(5 * time.Second)
+	c2.puback(p, 0) // explicit mode survives: the PUBACK does not settle
+	if rc := c2.publish("$queue/tasks/$ack", []byte(userProp(p, "msg-id")), "group", "jobs"); rc != 0 {
+		t.Fatalf("$ack in the resumed session's group: %#x, want 0x00", rc)
+	}
+	// Unsubscribing a queue filter is answered with success.
+	id := c2.id16()
+	ch := make(chan *packets.Unsuback, 1)
+	c2.mu.Lock()
+	c2.unsubs[id] = ch
+	c2.mu.Unlock()
+	c2.write(&packets.Unsubscribe{PacketID: id, Topics: []string{"$queue/tasks"}, Properties: &packets.Properties{}})
+	select {
+	case u := <-ch:
+		if len(u.Reasons) != 1 || u.Reasons[0] != 0 {
+			t.Fatalf("UNSUBACK %v, want [0x00]", u.Reasons)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no UNSUBACK")
+	}
+	prod.publish("$queue/tasks", []byte("t2"))
+	c2.none(300 * time.Millisecond)
+}

@@ -97,6 +97,8 @@ type connectOpts struct {
 	version    byte
 	keepClean  bool // clean start false
 	expiry     uint32
+	// will, when set, is the will's topic (QoS 1, retained, payload willMsg).
+	will, willMsg string
 }
 
 func dialRaw(t *testing.T, addr, id string, o connectOpts) *rawClient {
@@ -114,6 +116,10 @@ func dialRaw(t *testing.T, addr, id string, o connectOpts) *rawClient {
 	cc.ClientID = id
 	cc.CleanStart = !o.keepClean
 	cc.KeepAlive = 30
+	if o.will != "" {
+		cc.WillFlag, cc.WillTopic, cc.WillMessage, cc.WillQOS, cc.WillRetain = true, o.will, []byte(o.willMsg), 1, true
+		cc.WillProperties = &packets.Properties{}
+	}
 	if o.version != 0 {
 		cc.ProtocolVersion = o.version
 		if o.version == 4 {

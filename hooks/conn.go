@@ -36,6 +36,9 @@ type conn struct {
 	explicit map[string]*queue.Lease
 	// subs are the client's queue subscriptions by filter.
 	subs map[string]*subscription
+	// unsubbed lists, by UNSUBSCRIBE packet ID, the positions of the queue
+	// filters it removed (see OnPacketEncode).
+	unsubbed map[uint16][]int
 	// writing is true while the writer goroutine runs.
 	writing bool
 }
@@ -61,6 +64,7 @@ func newConn(h *Hook, cl *mqtt.Client) *conn {
 		wake:     make(chan struct{}, 1),
 		leases:   map[uint16]*queue.Lease{},
 		explicit: map[string]*queue.Lease{},
+		unsubbed: map[uint16][]int{},
 		subs:     map[string]*subscription{},
 	}
 }

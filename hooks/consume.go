@@ -140,7 +140,9 @@ func parsePartitions(s string, n int) ([]int, error) {
 func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
 	for i, sub := range pk.Filters {
 		if i < len(reasonCodes) && reasonCodes[i] < packets.ErrUnspecifiedError.Code && queue.IsQueueTopic(sub.Filter) {
+			h.saveProps(cl.ID, sub.Filter, pk.Properties.User)
 			h.subscribe(cl, sub, pk.Properties.User)
+			h.unindex(cl, sub.Filter)
 		}
 	}
 }
@@ -151,12 +153,16 @@ func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	if c == nil {
 		return
 	}
-	for _, sub := range pk.Filters {
+	for i, sub := range pk.Filters {
 		c.mu.Lock()
 		s := c.subs[sub.Filter]
 		delete(c.subs, sub.Filter)
+		if s != nil {
+			c.unsubbed[pk.PacketID] = append(c.unsubbed[pk.PacketID], i)
+		}
 		c.mu.Unlock()
 		if s != nil {
+			h.saveProps(cl.ID, sub.Filter, nil)
 			s.close()
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -15,6 +17,11 @@ import (
 type Options struct {
 	// Manager holds the queues. Required.
 	Manager *queue.Manager
+	// Server is the mochi server the hook is added to. With it, queue
+	// subscriptions are kept out of mochi's topic index, so that nothing
+	// mochi publishes itself (wills, retained messages) reaches a consumer
+	// outside the queue.
+	Server *mqtt.Server
 	// ProducerWindow caps each producer's publishes that are not yet
 	// acknowledged; a producer past it is not read until commits catch up.
 	ProducerWindow int
@@ -34,6 +41,33 @@ type Hook struct {
 
 	mu   sync.Mutex
 	byID map[string]*conn // the live conn of each client ID
+	// props keeps the user properties of each client's queue
+	// subscriptions, by client ID and filter, so that a resumed session
+	// subscribes with the same group, prefetch, ack mode and partitions.
+	props map[string]map[string][]packets.UserProperty
+}
+
+// saveProps remembers (nil: forgets) a queue subscription's properties.
+func (h *Hook) saveProps(clientID, filter string, props []packets.UserProperty) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if props == nil {
+		delete(h.props[clientID], filter)
+		if len(h.props[clientID]) == 0 {
+			delete(h.props, clientID)
+		}
+		return
+	}
+	if h.props[clientID] == nil {
+		h.props[clientID] = map[string][]packets.UserProperty{}
+	}
+	h.props[clientID][filter] = props
+}
+
+func (h *Hook) savedProps(clientID, filter string) []packets.UserProperty {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.props[clientID][filter]
 }
 
 // New returns the hook; add it to a mochi server with AddHook(h, nil).
@@ -44,7 +78,8 @@ func New(o Options) *Hook {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Hook{opts: o, m: o.Manager, log: o.Logger, ctx: context.Background(), byID: map[string]*conn{}}
+	return &Hook{opts: o, m: o.Manager, log: o.Logger, ctx: context.Background(), byID: map[string]*conn{},
+		props: map[string]map[string][]packets.UserProperty{}}
 }
 
 // ID implements mqtt.Hook.
@@ -62,6 +97,8 @@ func (h *Hook) Provides(b byte) bool {
 		mqtt.OnSubscribe,
 		mqtt.OnSubscribed,
 		mqtt.OnUnsubscribed,
+		mqtt.OnWill,
+		mqtt.OnSelectSubscribers,
 	}, []byte{b})
 }
 
@@ -92,6 +129,9 @@ func (h *Hook) lookup(cl *mqtt.Client) *conn {
 // here, before the new connection subscribes again.
 func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	h.mu.Lock()
+	if pk.Connect.Clean {
+		delete(h.props, cl.ID) // a new session: no subscriptions to resume
+	}
 	old := h.byID[cl.ID]
 	if old != nil && old.cl != cl {
 		delete(h.byID, cl.ID)
@@ -110,7 +150,8 @@ func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 func (h *Hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	for filter, sub := range cl.State.Subscriptions.GetAll() {
 		if queue.IsQueueTopic(filter) {
-			h.subscribe(cl, sub, nil)
+			h.subscribe(cl, sub, h.savedProps(cl.ID, filter))
+			h.unindex(cl, filter)
 		}
 	}
 }
@@ -126,17 +167,93 @@ func (h *Hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	if h.byID[cl.ID] == c {
 		delete(h.byID, cl.ID)
 	}
+	if expire {
+		delete(h.props, cl.ID)
+	}
 	h.mu.Unlock()
 	c.close()
 }
 
 // OnPacketEncode fixes mochi's success PUBACK reason 0x01 (granted QoS 1),
-// which MQTT 5 does not allow on a PUBACK, to 0x00.
+// which MQTT 5 does not allow on a PUBACK, to 0x00, and answers the
+// unsubscription of a queue filter with success (mochi, not finding the
+// filter in its index, would say 0x11 No subscription existed).
 func (h *Hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
-	if pk.FixedHeader.Type == packets.Puback && pk.ReasonCode == packets.CodeGrantedQos1.Code {
-		pk.ReasonCode = packets.CodeSuccess.Code
+	switch pk.FixedHeader.Type {
+	case packets.Puback:
+		if pk.ReasonCode == packets.CodeGrantedQos1.Code {
+			pk.ReasonCode = packets.CodeSuccess.Code
+		}
+	case packets.Unsuback:
+		if c := h.lookup(cl); c != nil {
+			c.mu.Lock()
+			ok := c.unsubbed[pk.PacketID]
+			delete(c.unsubbed, pk.PacketID)
+			c.mu.Unlock()
+			for _, i := range ok {
+				if i < len(pk.ReasonCodes) {
+					pk.ReasonCodes[i] = packets.CodeSuccess.Code
+				}
+			}
+		}
 	}
 	return pk
+}
+
+// unindex removes a queue subscription from mochi's topic index (it stays
+// in the client's session, to be resumed).
+func (h *Hook) unindex(cl *mqtt.Client, filter string) {
+	if s := h.opts.Server; s != nil && s.Topics.Unsubscribe(filter, cl.ID) {
+		atomic.AddInt64(&s.Info.Subscriptions, -1)
+	}
+}
+
+// OnSelectSubscribers drops every subscriber of a $queue/ publish that
+// mochi fans out itself: a will, whose topic may be a queue's. mochi lets
+// $share/{g}/# match $-topics; MQTT says it must not.
+func (h *Hook) OnSelectSubscribers(subs *mqtt.Subscribers, pk packets.Packet) *mqtt.Subscribers {
+	if queue.IsQueueTopic(pk.TopicName) {
+		clear(subs.Shared)
+		clear(subs.SharedSelected)
+		clear(subs.Subscriptions)
+		clear(subs.InlineSubscriptions)
+	}
+	return subs
+}
+
+// OnWill enqueues a will whose topic is a queue's, as a QoS 0 publish of the
+// disconnected client (key: the client ID, unless it set one); mochi then
+// has no one to send it to. A will delay becomes a delivery delay: the will
+// is enqueued when the connection ends even if the client comes back
+// within the delay.
+func (h *Hook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
+	if !queue.IsQueueTopic(will.TopicName) {
+		return will, nil
+	}
+	pk := packets.Packet{TopicName: will.TopicName, Payload: will.Payload,
+		Properties: packets.Properties{User: will.User}}
+	t, err := queue.ParseTopic(will.TopicName)
+	var msg *queue.Message
+	if err == nil && t.Verb == "" {
+		msg, err = messageFrom(cl, pk, t)
+	}
+	if err == nil && t.Verb != "" {
+		err = queue.ErrInvalidTopic
+	}
+	if err != nil {
+		h.log.Warn("will to a queue topic dropped", "client", cl.ID, "topic", will.TopicName, "err", err)
+	} else {
+		if will.WillDelayInterval > 0 {
+			msg.NotBefore = time.Now().Add(time.Duration(will.WillDelayInterval) * time.Second)
+		}
+		h.m.Publish(h.ctx, t.Queue, msg, func(err error) {
+			if err != nil {
+				h.log.Warn("will not stored", "client", cl.ID, "queue", t.Queue, "err", err)
+			}
+		})
+	}
+	will.Retain = false
+	return will, nil
 }
 
 // OnPacketRead settles deliveries by the consumer's PUBACK.

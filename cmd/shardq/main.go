@@ -2,6 +2,7 @@
 //
 //	shardq serve [--config FILE] [--data-dir DIR] [--mqtt ADDR] [--ws ADDR] [--http ADDR] [--node-id ID]
 //	shardq bench SCENARIO --broker HOST:PORT [...]
+//	shardq migrate-shards --data-dir DIR --from N --to M [--dry-run]
 package main
 
 import (
@@ -25,6 +26,8 @@ const usage = `usage: shardq <command> [flags]
 commands:
   serve   run a node (shardq serve --help for its flags)
   bench   run a load scenario against any MQTT broker (shardq bench --help)
+  migrate-shards
+          rewrite a stopped node's data directory to another storage.shards
 `
 
 func main() {
@@ -43,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(ctx, args[1:], stderr)
 	case "bench":
 		return bench.Main(ctx, args[1:], stdout, stderr)
+	case "migrate-shards":
+		return migrateShards(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
