@@ -67,7 +67,12 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	mo.AutoCreate = cfg.Queues.AutoCreate
 	mo.RingSize = cfg.Storage.RingSize
 	mo.MaxPayload = cfg.Storage.MaxPayload
+	mo.SyncInterval = cfg.Storage.SyncInterval
 	mo.Logger = log
+	if err := b.instrument(&mo); err != nil {
+		_ = store.Close()
+		return nil, err
+	}
 	start := time.Now()
 	if b.manager, err = queue.NewManager(mo); err != nil {
 		_ = store.Close()

@@ -3,11 +3,10 @@ package broker
 import (
 	"net/http"
 	"net/http/pprof"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// handler serves /healthz, /readyz and /metrics.
+// handler serves /healthz, /readyz, /metrics (unless metrics are off)
+// and the admin API (admin.go).
 func (b *Broker) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -23,6 +22,9 @@ func (b *Broker) handler() http.Handler {
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(b.registry, promhttp.HandlerOpts{Registry: b.registry}))
+	if b.cfg.Admin.Metrics {
+		mux.Handle("GET /metrics", b.metricsHandler())
+	}
+	b.mountAdmin(mux)
 	return mux
 }

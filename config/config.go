@@ -74,6 +74,9 @@ type Admin struct {
 	// Token, when set, must be sent as a bearer token with every mutating
 	// admin call.
 	Token string `yaml:"admin_token"`
+	// Metrics serves /metrics and keeps the figures behind it. Default
+	// true; false turns every metric off (and /metrics answers 404).
+	Metrics bool `yaml:"metrics"`
 }
 
 // Limits of the storage settings.
@@ -99,6 +102,7 @@ func Default() *Config {
 			AutoCreate: true,
 			Declared:   map[string]queue.Options{},
 		},
+		Admin: Admin{Metrics: true},
 		Storage: Storage{
 			Shards:       2,
 			SyncInterval: 100 * time.Millisecond,

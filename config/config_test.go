@@ -52,6 +52,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"storage.ring_size", c.Storage.RingSize, 4096},
 		{"storage.max_payload", c.Storage.MaxPayload, 1 << 20},
 		{"http.admin_token", c.Admin.Token, ""},
+		{"http.metrics", c.Admin.Metrics, true},
 	}
 	for _, tc := range checks {
 		if !reflect.DeepEqual(tc.got, tc.want) {

@@ -62,6 +62,7 @@
 //	  max_payload: 1048576  # bytes, at most 256 MiB
 //	http:
 //	  admin_token: ""       # when set, mutating admin calls need it as a bearer token
+//	  metrics: true         # false: no /metrics, no figures kept
 //
 // A declared queue starts from queues.defaults, wherever defaults appears
 // in the file, and replaces only the fields its entry sets: above, orders

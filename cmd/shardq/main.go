@@ -28,6 +28,8 @@ commands:
   bench   run a load scenario against any MQTT broker (shardq bench --help)
   migrate-shards
           rewrite a stopped node's data directory to another storage.shards
+  queues, queue, group, dlq
+          inspect and steer a running node's queues (shardq queue --help)
 `
 
 func main() {
@@ -48,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return bench.Main(ctx, args[1:], stdout, stderr)
 	case "migrate-shards":
 		return migrateShards(ctx, args[1:], stdout, stderr)
+	case "queues", "queue", "group", "dlq":
+		return adminCommand(ctx, args, stdout, stderr, os.Getenv)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

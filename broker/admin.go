@@ -1,0 +1,511 @@
+package broker
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// The admin API, under /api/v1/ on the HTTP address. Every answer is JSON;
+// an error is {"error": "..."} with its HTTP status. Reads are open;
+// calls that change something (PUT, POST, DELETE) need the bearer token
+// http.admin_token when it is set. Each call checks all of its input
+// before it changes anything.
+//
+//	GET    /api/v1/queues                            every queue: settings and figures
+//	GET    /api/v1/queues/{q}                        one queue with its partitions and groups
+//	PUT    /api/v1/queues/{q}                        create or change a queue (settings, persisted)
+//	GET    /api/v1/queues/{q}/messages               peek: ?partition=P&from=OFFSET&limit=N
+//	POST   /api/v1/queues/{q}/purge                  delete every message
+//	DELETE /api/v1/queues/{q}/groups/{g}             delete a consumer group
+//	POST   /api/v1/queues/{q}/dlq/replay             replay dead letters: {"ids": [...]} or all
+//	GET    /api/v1/queues/{q}/dlq                    the dead-letter queue, and the same
+//	GET    /api/v1/queues/{q}/dlq/messages           calls on it
+//	POST   /api/v1/queues/{q}/dlq/purge
+//	DELETE /api/v1/queues/{q}/dlq/groups/{g}
+
+// Peek limits.
+const (
+	defaultPeek = 10
+	maxPeek     = 1000
+)
+
+// maxBody bounds a request body.
+const maxBody = 1 << 20
+
+// adminAPI serves /api/v1/.
+type adminAPI struct {
+	b     *Broker
+	token string
+	log   *slog.Logger
+}
+
+// mountAdmin adds the admin API's routes to mux.
+func (b *Broker) mountAdmin(mux *http.ServeMux) {
+	a := &adminAPI{b: b, token: b.cfg.Admin.Token, log: b.log.With("component", "admin")}
+	routes := []struct {
+		path    string
+		methods map[string]http.HandlerFunc
+	}{
+		{"/api/v1/queues", map[string]http.HandlerFunc{"GET": a.listQueues}},
+		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare)}},
+		{"/api/v1/queues/{queue}/messages", map[string]http.HandlerFunc{"GET": a.peek(false)}},
+		{"/api/v1/queues/{queue}/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(false))}},
+		{"/api/v1/queues/{queue}/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(false))}},
+		{"/api/v1/queues/{queue}/dlq", map[string]http.HandlerFunc{"GET": a.showQueue(true)}},
+		{"/api/v1/queues/{queue}/dlq/messages", map[string]http.HandlerFunc{"GET": a.peek(true)}},
+		{"/api/v1/queues/{queue}/dlq/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(true))}},
+		{"/api/v1/queues/{queue}/dlq/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(true))}},
+		{"/api/v1/queues/{queue}/dlq/replay", map[string]http.HandlerFunc{"POST": a.mutating(a.replay)}},
+	}
+	for _, r := range routes {
+		var allow []string
+		for method, h := range r.methods {
+			mux.HandleFunc(method+" "+r.path, h)
+			allow = append(allow, method)
+		}
+		slices.Sort(allow)
+		if !slices.Contains(allow, "GET") {
+			// GET also matches HEAD; other methods get a 405 below.
+			mux.HandleFunc("GET "+r.path, a.notAllowed(allow))
+		}
+		mux.HandleFunc(r.path, a.notAllowed(allow))
+	}
+	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
+		a.fail(w, r, http.StatusNotFound, fmt.Errorf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+}
+
+func (a *adminAPI) notAllowed(allow []string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		a.fail(w, r, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed here (allowed: %s)", r.Method, strings.Join(allow, ", ")))
+	}
+}
+
+// mutating requires the bearer token, when one is configured, before h.
+func (a *adminAPI) mutating(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a.token != "" {
+			auth := r.Header.Get("Authorization")
+			scheme, token, ok := strings.Cut(auth, " ")
+			switch {
+			case auth == "":
+				a.unauthorized(w, r, "missing bearer token (Authorization: Bearer ...)")
+				return
+			case !ok || !strings.EqualFold(scheme, "Bearer"):
+				a.unauthorized(w, r, "want an Authorization: Bearer token")
+				return
+			case subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(a.token)) != 1:
+				a.unauthorized(w, r, "wrong bearer token")
+				return
+			}
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		h(w, r)
+	}
+}
+
+func (a *adminAPI) unauthorized(w http.ResponseWriter, r *http.Request, msg string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="shardq"`)
+	a.fail(w, r, http.StatusUnauthorized, errors.New(msg))
+}
+
+// resolve returns the queue the path names (its dead-letter queue with
+// dlq), or writes the error.
+func (a *adminAPI) resolve(w http.ResponseWriter, r *http.Request, dlq bool) *queue.Queue {
+	name := r.PathValue("queue")
+	if !queue.ValidQueueName(name) {
+		a.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %q", queue.ErrInvalidName, name))
+		return nil
+	}
+	q := a.b.manager.Queue(name)
+	if q == nil {
+		a.fail(w, r, http.StatusNotFound, fmt.Errorf("%w: %s", queue.ErrNoSuchQueue, name))
+		return nil
+	}
+	if dlq {
+		q = q.DLQ()
+	}
+	return q
+}
+
+func (a *adminAPI) listQueues(w http.ResponseWriter, r *http.Request) {
+	sources := a.sources()
+	list := QueueList{Node: a.b.cfg.NodeID, Queues: []QueueView{}}
+	for _, q := range a.b.manager.Queues() {
+		if q.IsDLQ() {
+			continue
+		}
+		v := a.view(q, false)
+		v.Node = ""
+		v.Source = sources(q.Name())
+		list.Queues = append(list.Queues, v)
+	}
+	slices.SortFunc(list.Queues, func(x, y QueueView) int { return strings.Compare(x.Name, y.Name) })
+	a.reply(w, http.StatusOK, list)
+}
+
+func declared(m map[string]queue.Options, name string) bool {
+	_, ok := m[name]
+	return ok
+}
+
+func (a *adminAPI) showQueue(dlq bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := a.resolve(w, r, dlq)
+		if q == nil {
+			return
+		}
+		v := a.view(q, true)
+		if !dlq {
+			v.Source = a.sources()(q.Name())
+		}
+		a.reply(w, http.StatusOK, v)
+	}
+}
+
+// sources returns where each queue's settings come from.
+func (a *adminAPI) sources() func(string) string {
+	runtime, err := a.b.manager.DeclaredAtRuntime()
+	if err != nil {
+		a.log.Warn("reading queue metadata failed", "err", err)
+	}
+	return func(name string) string {
+		switch {
+		case runtime[name]:
+			return "api"
+		case declared(a.b.cfg.Queues.Declared, name):
+			return "config"
+		default:
+			return "defaults"
+		}
+	}
+}
+
+// view returns the queue's figures; with detail, per partition too. The
+// view of a queue includes its dead-letter queue's.
+func (a *adminAPI) view(q *queue.Queue, detail bool) QueueView {
+	info := q.Info()
+	now := time.Now()
+	c := info.Counts
+	v := QueueView{
+		Node: a.b.cfg.NodeID, Name: info.Name, Settings: settingsOf(info.Options), Depth: info.Depth(),
+		Groups: []GroupView{},
+		Counts: CountsView{Enqueued: c.Enqueued, Delivered: c.Delivered, Redelivered: c.Redelivered, Acked: c.Acked,
+			Nacked: c.Nacked, Rejected: c.Rejected, DeadLettered: c.DeadLettered, Expired: c.Expired,
+			LeasesLost: c.LeasesLost, Deduplicated: c.Deduplicated, Dropped: c.Dropped},
+	}
+	if detail {
+		for _, p := range info.Partitions {
+			v.Partitions = append(v.Partitions, PartitionView{Partition: p.Partition, Shard: p.Shard,
+				First: p.First, Next: p.Next, Committed: p.Committed, Depth: p.Depth()})
+		}
+	}
+	for _, g := range info.Groups {
+		gv := GroupView{Name: g.Name, Consumers: g.Consumers, Lag: g.Lag(), Leased: g.Leased(), OldestUnsettledAge: ageOf(g.OldestUnsettled(), now)}
+		if detail {
+			for _, p := range g.Partitions {
+				gv.Partitions = append(gv.Partitions, GroupPartitionView{Partition: p.Partition, Floor: p.Floor,
+					SettledAboveFloor: p.SettledAboveFloor, Lag: p.Lag, Leased: p.Leased, OldestUnsettledAge: ageOf(p.OldestUnsettled, now)})
+			}
+		}
+		v.Groups = append(v.Groups, gv)
+	}
+	if d := q.DLQ(); d != nil {
+		dv := a.view(d, detail)
+		dv.Node = ""
+		v.DLQ = &dv
+	}
+	return v
+}
+
+func ageOf(t, now time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(0, now.Sub(t).Seconds())
+}
+
+// declare creates or changes a queue: the body's settings over the
+// queue's current ones (or, for a new queue, the config's for that name).
+func (a *adminAPI) declare(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("queue")
+	if !queue.ValidQueueName(name) {
+		a.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %q", queue.ErrInvalidName, name))
+		return
+	}
+	base, _ := a.b.cfg.QueueOptions(name)
+	if q := a.b.manager.Queue(name); q != nil {
+		base = q.Options()
+	}
+	s := settingsOf(base)
+	if err := decodeBody(r, &s, false); err != nil {
+		a.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	q, created, err := a.b.manager.Declare(r.Context(), name, s.Options())
+	if err != nil {
+		a.failErr(w, r, err)
+		return
+	}
+	v := a.view(q, true)
+	v.Source = "api"
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	a.reply(w, status, v)
+}
+
+func (a *adminAPI) peek(dlq bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := a.resolve(w, r, dlq)
+		if q == nil {
+			return
+		}
+		parts := q.Info().Partitions
+		qv := r.URL.Query()
+		limit, err := intParam(qv.Get("limit"), "limit", defaultPeek, 1, maxPeek)
+		if err != nil {
+			a.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+		var from uint64
+		if s := qv.Get("from"); s != "" {
+			if qv.Get("partition") == "" {
+				a.fail(w, r, http.StatusBadRequest, errors.New("from needs partition"))
+				return
+			}
+			if from, err = strconv.ParseUint(s, 10, 64); err != nil {
+				a.fail(w, r, http.StatusBadRequest, fmt.Errorf("from: want an offset, got %q", s))
+				return
+			}
+		}
+		which := make([]int, len(parts))
+		for i := range which {
+			which[i] = i
+		}
+		if s := qv.Get("partition"); s != "" {
+			p, err := intParam(s, "partition", 0, 0, len(parts)-1)
+			if err != nil {
+				a.fail(w, r, http.StatusBadRequest, err)
+				return
+			}
+			which = []int{p}
+		}
+		list := MessageList{Node: a.b.cfg.NodeID, Queue: q.Name(), Messages: []MessageView{}}
+		for _, p := range which {
+			n := limit - len(list.Messages)
+			if n == 0 {
+				break
+			}
+			msgs, err := q.Peek(r.Context(), p, from, n)
+			if err != nil {
+				a.failErr(w, r, err)
+				return
+			}
+			for _, m := range msgs {
+				list.Messages = append(list.Messages, messageView(q.Name(), p, m))
+			}
+		}
+		a.reply(w, http.StatusOK, list)
+	}
+}
+
+func messageView(queueName string, partition int, m *queue.Message) MessageView {
+	v := MessageView{
+		ID: queue.MessageID(partition, m.Offset), Partition: partition, Offset: m.Offset,
+		Topic: queue.TopicName(queueName, m.Subject), Key: m.Key, EnqueuedAt: m.EnqueuedAt,
+		ContentType: m.Headers.ContentType, ResponseTopic: m.Headers.ResponseTopic,
+		CorrelationData: m.Headers.CorrelationData, Payload: m.Payload,
+	}
+	if v.Payload == nil {
+		v.Payload = []byte{}
+	}
+	if !m.NotBefore.IsZero() {
+		t := m.NotBefore
+		v.NotBefore = &t
+	}
+	if !m.ExpiresAt.IsZero() {
+		t := m.ExpiresAt
+		v.ExpiresAt = &t
+	}
+	for _, u := range m.Headers.User {
+		v.UserProperties = append(v.UserProperties, Property{Name: u.Name, Value: u.Value})
+	}
+	if dl := m.DeadLetter; dl != nil {
+		v.DeadLetter = &DeadLetterView{Reason: dl.Reason, OriginalID: dl.OriginalID, OriginalTopic: dl.OriginalTopic,
+			Deliveries: dl.Deliveries, Group: dl.Group}
+	}
+	return v
+}
+
+func (a *adminAPI) purge(dlq bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := a.resolve(w, r, dlq)
+		if q == nil {
+			return
+		}
+		if err := decodeBody(r, nil, true); err != nil {
+			a.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+		n, err := q.Purge(r.Context())
+		if err != nil {
+			a.failErr(w, r, err)
+			return
+		}
+		a.reply(w, http.StatusOK, PurgeResult{Node: a.b.cfg.NodeID, Queue: q.Name(), Purged: n})
+	}
+}
+
+func (a *adminAPI) deleteGroup(dlq bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := a.resolve(w, r, dlq)
+		if q == nil {
+			return
+		}
+		g := r.PathValue("group")
+		if err := q.DeleteGroup(r.Context(), g); err != nil {
+			a.failErr(w, r, err)
+			return
+		}
+		a.reply(w, http.StatusOK, GroupDeleted{Node: a.b.cfg.NodeID, Queue: q.Name(), Group: g})
+	}
+}
+
+func (a *adminAPI) replay(w http.ResponseWriter, r *http.Request) {
+	q := a.resolve(w, r, false)
+	if q == nil {
+		return
+	}
+	var req ReplayRequest
+	if err := decodeBody(r, &req, true); err != nil {
+		a.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	var ids []string
+	if req.IDs != nil {
+		if ids = *req.IDs; len(ids) == 0 {
+			a.fail(w, r, http.StatusBadRequest, errors.New("ids is empty; leave it out to replay every dead letter"))
+			return
+		}
+	}
+	done, err := q.ReplayDLQ(r.Context(), ids)
+	res := ReplayResult{Node: a.b.cfg.NodeID, Queue: q.Name(), Replayed: len(done), Messages: []ReplayedLetter{}}
+	for _, d := range done {
+		res.Messages = append(res.Messages, ReplayedLetter{DLQID: d.DLQID, ID: d.ID})
+	}
+	if err != nil {
+		status := statusOf(err)
+		a.logFailure(r, status, err)
+		doc := Error{Error: err.Error()}
+		if len(done) > 0 {
+			doc.Replay = &res
+		}
+		a.reply(w, status, doc)
+		return
+	}
+	a.reply(w, http.StatusOK, res)
+}
+
+// decodeBody decodes the JSON body into v, refusing unknown fields. With
+// optional, an empty body is fine (v keeps its values); v nil takes no
+// body but an empty JSON object.
+func decodeBody(r *http.Request, v any, optional bool) error {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		return fmt.Errorf("reading the body: %w", err)
+	}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		if optional {
+			return nil
+		}
+		return errors.New("want a JSON object in the body")
+	}
+	if v == nil {
+		v = &struct{}{}
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("bad JSON body: %w", err)
+	}
+	if dec.More() {
+		return errors.New("bad JSON body: more than one JSON value")
+	}
+	return nil
+}
+
+// intParam parses a query parameter; empty gives def.
+func intParam(s, name string, def, lo, hi int) (int, error) {
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("%s: want a number from %d to %d, got %q", name, lo, hi, s)
+	}
+	return n, nil
+}
+
+// statusOf maps a domain error to its HTTP status.
+func statusOf(err error) int {
+	var fe *queue.FieldError
+	switch {
+	case errors.Is(err, queue.ErrNoSuchQueue), errors.Is(err, queue.ErrNoSuchGroup), errors.Is(err, queue.ErrUnknownMessage):
+		return http.StatusNotFound
+	case errors.Is(err, queue.ErrBadMessageID), errors.Is(err, queue.ErrInvalidName),
+		errors.Is(err, queue.ErrBadPartitions), errors.As(err, &fe):
+		return http.StatusBadRequest
+	case errors.Is(err, queue.ErrPartitionsChanged), errors.Is(err, queue.ErrGroupActive):
+		return http.StatusConflict
+	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func (a *adminAPI) failErr(w http.ResponseWriter, r *http.Request, err error) {
+	a.fail(w, r, statusOf(err), err)
+}
+
+func (a *adminAPI) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	a.logFailure(r, status, err)
+	a.reply(w, status, Error{Error: err.Error()})
+}
+
+// logFailure logs server-side failures; a client's bad request is not the
+// server's error.
+func (a *adminAPI) logFailure(r *http.Request, status int, err error) {
+	if status >= 500 {
+		a.log.Error("admin call failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		return
+	}
+	a.log.Debug("admin call refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+}
+
+func (a *adminAPI) reply(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		a.log.Debug("writing an admin answer failed", "err", err)
+	}
+}

@@ -1,0 +1,224 @@
+package broker
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// The JSON documents of the admin API (/api/v1/, see admin.go). The shardq
+// command decodes the same types.
+
+// QueueList is the answer to GET /api/v1/queues.
+type QueueList struct {
+	Node   string      `json:"node"`
+	Queues []QueueView `json:"queues"`
+}
+
+// QueueView is a queue with its settings and figures. In a list, the
+// per-partition details are left out.
+type QueueView struct {
+	Node string `json:"node,omitempty"`
+	Name string `json:"name"`
+	// Source says where the settings come from: "api" (set at run time),
+	// "config" (declared in the config file) or "defaults" (auto-created).
+	Source   string   `json:"source,omitempty"`
+	Settings Settings `json:"settings"`
+	Depth    uint64   `json:"depth"`
+	// Partitions holds each partition; only in a single queue's view.
+	Partitions []PartitionView `json:"partitions,omitempty"`
+	Groups     []GroupView     `json:"groups"`
+	Counts     CountsView      `json:"counts"`
+	DLQ        *QueueView      `json:"dlq,omitempty"`
+}
+
+// PartitionView is one partition's offsets.
+type PartitionView struct {
+	Partition int    `json:"partition"`
+	Shard     int    `json:"shard"`
+	First     uint64 `json:"first"`
+	Next      uint64 `json:"next"`
+	Committed uint64 `json:"committed"`
+	Depth     uint64 `json:"depth"`
+}
+
+// GroupView is a consumer group's figures over every partition and, in a
+// single queue's view, per partition.
+type GroupView struct {
+	Name      string `json:"name"`
+	Consumers int    `json:"consumers"`
+	Lag       uint64 `json:"lag"`
+	Leased    int    `json:"leased"`
+	// OldestUnsettledAge is the age in seconds of the oldest message the
+	// group has not settled; 0 when none.
+	OldestUnsettledAge float64              `json:"oldest_unsettled_age_seconds"`
+	Partitions         []GroupPartitionView `json:"partitions,omitempty"`
+}
+
+// GroupPartitionView is a group's position in one partition.
+type GroupPartitionView struct {
+	Partition          int     `json:"partition"`
+	Floor              uint64  `json:"floor"`
+	SettledAboveFloor  int     `json:"settled_above_floor"`
+	Lag                uint64  `json:"lag"`
+	Leased             int     `json:"leased"`
+	OldestUnsettledAge float64 `json:"oldest_unsettled_age_seconds"`
+}
+
+// CountsView are a queue's running totals since the node started.
+type CountsView struct {
+	Enqueued     uint64 `json:"enqueued"`
+	Delivered    uint64 `json:"delivered"`
+	Redelivered  uint64 `json:"redelivered"`
+	Acked        uint64 `json:"acked"`
+	Nacked       uint64 `json:"nacked"`
+	Rejected     uint64 `json:"rejected"`
+	DeadLettered uint64 `json:"dead_lettered"`
+	Expired      uint64 `json:"expired"`
+	LeasesLost   uint64 `json:"leases_lost"`
+	Deduplicated uint64 `json:"deduplicated"`
+	Dropped      uint64 `json:"dropped"`
+}
+
+// Settings are a queue's settings, named as in the config file. A PUT of a
+// queue sends the ones to change; the others keep their values.
+type Settings struct {
+	Partitions      int              `json:"partitions"`
+	Ordering        queue.Ordering   `json:"ordering"`
+	AckTimeout      Duration         `json:"ack_timeout"`
+	MaxDeliveries   int              `json:"max_deliveries"`
+	Prefetch        int              `json:"prefetch"`
+	Durability      queue.Durability `json:"durability"`
+	MaxAge          Duration         `json:"max_age"`
+	MaxMessages     int64            `json:"max_messages"`
+	MaxBytes        int64            `json:"max_bytes"`
+	Overflow        queue.Overflow   `json:"overflow"`
+	RetryBackoff    Duration         `json:"retry_backoff"`
+	RetryBackoffMax Duration         `json:"retry_backoff_max"`
+	DedupWindow     Duration         `json:"dedup_window"`
+}
+
+func settingsOf(o queue.Options) Settings {
+	return Settings{
+		Partitions: o.Partitions, Ordering: o.Ordering, AckTimeout: Duration(o.AckTimeout),
+		MaxDeliveries: o.MaxDeliveries, Prefetch: o.Prefetch, Durability: o.Durability,
+		MaxAge: Duration(o.MaxAge), MaxMessages: o.MaxMessages, MaxBytes: o.MaxBytes, Overflow: o.Overflow,
+		RetryBackoff: Duration(o.RetryBackoff), RetryBackoffMax: Duration(o.RetryBackoffMax), DedupWindow: Duration(o.DedupWindow),
+	}
+}
+
+// Options returns the settings as queue options.
+func (s Settings) Options() queue.Options {
+	return queue.Options{
+		Partitions: s.Partitions, Ordering: s.Ordering, AckTimeout: time.Duration(s.AckTimeout),
+		MaxDeliveries: s.MaxDeliveries, Prefetch: s.Prefetch, Durability: s.Durability,
+		MaxAge: time.Duration(s.MaxAge), MaxMessages: s.MaxMessages, MaxBytes: s.MaxBytes, Overflow: s.Overflow,
+		RetryBackoff: time.Duration(s.RetryBackoff), RetryBackoffMax: time.Duration(s.RetryBackoffMax), DedupWindow: time.Duration(s.DedupWindow),
+	}
+}
+
+// Duration is a time.Duration written in JSON as a Go duration string ("30s").
+type Duration time.Duration
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration such as \"30s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"30s\", got %q", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MessageList is the answer to GET .../messages: messages as they are
+// stored, nothing delivered or settled.
+type MessageList struct {
+	Node     string        `json:"node"`
+	Queue    string        `json:"queue"`
+	Messages []MessageView `json:"messages"`
+}
+
+// MessageView is one stored message.
+type MessageView struct {
+	ID              string          `json:"msg_id"`
+	Partition       int             `json:"partition"`
+	Offset          uint64          `json:"offset"`
+	Topic           string          `json:"topic"`
+	Key             string          `json:"key"`
+	EnqueuedAt      time.Time       `json:"enqueued_at"`
+	NotBefore       *time.Time      `json:"not_before,omitempty"`
+	ExpiresAt       *time.Time      `json:"expires_at,omitempty"`
+	ContentType     string          `json:"content_type,omitempty"`
+	ResponseTopic   string          `json:"response_topic,omitempty"`
+	CorrelationData []byte          `json:"correlation_data,omitempty"`
+	UserProperties  []Property      `json:"user_properties,omitempty"`
+	Payload         []byte          `json:"payload"`
+	DeadLetter      *DeadLetterView `json:"dead_letter,omitempty"`
+}
+
+// Property is a user property.
+type Property struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// DeadLetterView says why and from where a message was dead-lettered.
+type DeadLetterView struct {
+	Reason        string `json:"reason"`
+	OriginalID    string `json:"original_msg_id"`
+	OriginalTopic string `json:"original_topic"`
+	Deliveries    uint32 `json:"original_delivery_count"`
+	Group         string `json:"group,omitempty"`
+}
+
+// PurgeResult is the answer to a purge.
+type PurgeResult struct {
+	Node   string `json:"node"`
+	Queue  string `json:"queue"`
+	Purged uint64 `json:"purged"`
+}
+
+// GroupDeleted is the answer to a group deletion.
+type GroupDeleted struct {
+	Node  string `json:"node"`
+	Queue string `json:"queue"`
+	Group string `json:"group"`
+}
+
+// ReplayRequest is the body of POST .../dlq/replay. Without IDs every dead
+// letter is replayed; IDs, when present, must not be empty.
+type ReplayRequest struct {
+	IDs *[]string `json:"ids,omitempty"`
+}
+
+// ReplayResult is the answer to a replay, and part of the error document
+// of one that failed part way.
+type ReplayResult struct {
+	Node     string           `json:"node"`
+	Queue    string           `json:"queue"`
+	Replayed int              `json:"replayed"`
+	Messages []ReplayedLetter `json:"messages"`
+}
+
+// ReplayedLetter names a dead letter replayed: its msg-id in the
+// dead-letter queue and the msg-id of its copy in the queue.
+type ReplayedLetter struct {
+	DLQID string `json:"dlq_msg_id"`
+	ID    string `json:"msg_id"`
+}
+
+// Error is the document of every error answer.
+type Error struct {
+	Error string `json:"error"`
+	// Replay holds what a failed replay did before it failed.
+	Replay *ReplayResult `json:"replay,omitempty"`
+}

@@ -1,0 +1,677 @@
+package queue
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// The operations an operator runs on queues: Purge, DeleteGroup, ReplayDLQ
+// and Manager.Declare (snapshot.go has the read-only views). They change
+// state only after every argument has been checked, and they are
+// serialized per manager (Manager.admin) so that two replays cannot take
+// the same dead letter.
+
+// Errors of the admin operations.
+var (
+	// ErrNoSuchGroup: the queue has no consumer group of that name.
+	ErrNoSuchGroup = errors.New("queue: no such consumer group")
+	// ErrGroupActive: the group still has consumers connected.
+	ErrGroupActive = errors.New("queue: consumer group has consumers connected")
+	// ErrBadMessageID: a msg-id is not of the form {partition}-{offset}.
+	ErrBadMessageID = errors.New("queue: malformed msg-id")
+	// ErrInvalidName: not a valid queue name (1 to 128 characters of A-Z a-z 0-9 _ . -).
+	ErrInvalidName = errors.New("queue: invalid queue name")
+	// ErrNotParent: the operation needs a queue with a dead-letter queue,
+	// not a dead-letter queue.
+	ErrNotParent = errors.New("queue: a dead-letter queue has no dead-letter queue")
+)
+
+// Purge deletes every message the queue holds when it runs, for every
+// group: each group's floor moves past them, the messages its consumers
+// hold are taken back (their late PUBACKs change nothing) and the range is
+// deleted from storage, all persisted before Purge returns. Publishes still
+// being committed when it runs are kept. It returns how many messages it
+// deleted.
+func (q *Queue) Purge(ctx context.Context) (uint64, error) {
+	q.m.admin.Lock()
+	defer q.m.admin.Unlock()
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return 0, ErrClosed
+	}
+	b := new(Batch)
+	var purged uint64
+	for _, p := range q.parts {
+		to := p.committed
+		if to > p.first {
+			purged += to - p.first
+			b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: p.index, From: p.first, To: to})
+			p.first = to
+		}
+		for off := p.ringLow; off < to; off++ {
+			p.ring[off%uint64(len(p.ring))] = nil
+		}
+		p.ringLow = max(p.ringLow, to)
+	}
+	for _, g := range q.groups {
+		g.retries = nil
+		for _, cur := range g.cursors {
+			cur.purgeLocked(b)
+		}
+	}
+	wait := q.commitLocked(b)
+	q.dispatchLocked(q.m.now())
+	q.mu.Unlock()
+	if err := wait(ctx); err != nil {
+		return 0, err
+	}
+	q.m.log.Info("queue purged", "queue", q.name, "messages", purged)
+	return purged, nil
+}
+
+// purgeLocked moves the cursor past every message of its partition below
+// the committed offset (the partition's first offset, after a purge).
+func (c *cursor) purgeLocked(b *Batch) {
+	to := c.p.first
+	q, g, p := c.g.q.name, c.g.name, c.p.index
+	for _, cons := range c.g.consumers {
+		for l := range cons.leases {
+			if l.active && l.cur == c {
+				c.g.q.revokeLocked(l)
+			}
+		}
+	}
+	// Marks on disk below the new floor go; marks not yet written are
+	// forgotten. Settlements above it (a replay's) stay.
+	for _, off := range c.unmarks {
+		b.Marks = append(b.Marks, SettleMark{Queue: q, Group: g, Partition: p, Offset: off})
+	}
+	c.unmarks = c.unmarks[:0]
+	for off, onDisk := range c.settled {
+		if off >= to {
+			continue
+		}
+		if onDisk {
+			b.Marks = append(b.Marks, SettleMark{Queue: q, Group: g, Partition: p, Offset: off})
+		}
+		delete(c.settled, off)
+	}
+	c.marks = slices.DeleteFunc(c.marks, func(off uint64) bool { return off < to })
+	for off := range c.counts {
+		if off < to {
+			b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: q, Group: g, Partition: p, Offset: off})
+			delete(c.counts, off)
+		}
+	}
+	if c.floor < to {
+		c.floor = to
+		for {
+			onDisk, ok := c.settled[c.floor]
+			if !ok {
+				break
+			}
+			if onDisk {
+				b.Marks = append(b.Marks, SettleMark{Queue: q, Group: g, Partition: p, Offset: c.floor})
+			}
+			delete(c.settled, c.floor)
+			c.floor++
+		}
+	}
+	if c.floor != c.savedFloor {
+		b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: c.floor})
+		c.savedFloor = c.floor
+	}
+	c.next = max(c.next, to)
+	c.ready = nil
+	clear(c.keys)
+	c.parked = 0
+	c.ra, c.raPos, c.raFrom, c.raTo = nil, 0, 0, 0
+}
+
+// DeleteGroup removes a consumer group and its state, persisted before it
+// returns. A group with consumers connected is refused (ErrGroupActive):
+// they would recreate it at once. A consumer that subscribes to the group
+// later starts it again from the oldest retained message.
+func (q *Queue) DeleteGroup(ctx context.Context, name string) error {
+	q.m.admin.Lock()
+	defer q.m.admin.Unlock()
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	g := q.groups[name]
+	if g == nil {
+		q.mu.Unlock()
+		return fmt.Errorf("%w: %q in queue %s", ErrNoSuchGroup, name, q.name)
+	}
+	if n := len(g.consumers); n > 0 {
+		q.mu.Unlock()
+		return fmt.Errorf("%w: group %s of queue %s has %d", ErrGroupActive, name, q.name, n)
+	}
+	delete(q.groups, name)
+	b := new(Batch)
+	for _, cur := range g.cursors {
+		b.DropGroups = append(b.DropGroups, GroupRef{Queue: q.name, Group: name, Partition: cur.p.index})
+	}
+	wait := q.commitLocked(b)
+	q.mu.Unlock()
+	if err := wait(ctx); err != nil {
+		return err
+	}
+	q.m.log.Info("consumer group deleted", "queue", q.name, "group", name)
+	return nil
+}
+
+// Replayed names a dead letter that was published again: its msg-id in the
+// dead-letter queue and the msg-id of the new message in the queue.
+type Replayed struct {
+	DLQID string
+	ID    string
+}
+
+// replayChunk is how many dead letters ReplayDLQ reads and publishes at a time.
+const replayChunk = 256
+
+// ReplayDLQ publishes dead letters of q's dead-letter queue into q again,
+// the ones named by their dead-letter msg-ids (as a dead-letter consumer
+// sees them in msg-id, or Peek lists them), or, with no ids, every dead
+// letter the dead-letter queue holds when it starts that some
+// dead-letter group has not settled. It returns what it replayed, in
+// order; on an error, what it replayed before it.
+//
+// The choices it makes:
+//   - A replayed message is a new message of q (new msg-id, delivery-count
+//     1, enqueued now, no expiry) with the dead letter's key, subject,
+//     properties and payload. Messages of one key are replayed in their
+//     dead-letter order.
+//   - It goes to the group that dead-lettered it, not to every group: the
+//     other groups of q already settled the original. The other groups
+//     have it settled at once (persisted with their next settlements, so a
+//     crash in between may deliver it to them: at least once). Dead letters
+//     without a group (dropped for the whole queue), or whose group has
+//     since been deleted, go to every group.
+//   - Once its copy is stored, the dead letter is settled for every group
+//     of the dead-letter queue (leases on it are taken back) and that
+//     settlement is persisted before ReplayDLQ returns, so it is not
+//     replayed or delivered again; retention then deletes it. A
+//     dead-letter queue that has no group gets the group default, which
+//     plain $queue/{q}/$dlq subscribers join, to record it. A group
+//     subscribing to the dead-letter queue for the first time later starts
+//     at its oldest retained message, which can include replayed messages
+//     that are still retained behind one that was not replayed.
+//   - Named ids are checked first: a malformed one (ErrBadMessageID) or
+//     one the dead-letter queue does not hold unsettled (ErrUnknownMessage)
+//     fails the call before anything changes. A publish that fails (a full
+//     queue, storage) stops the replay: the dead letters whose copies were
+//     not stored stay in the dead-letter queue.
+func (q *Queue) ReplayDLQ(ctx context.Context, ids []string) ([]Replayed, error) {
+	dlq := q.dlq
+	if dlq == nil {
+		return nil, ErrNotParent
+	}
+	q.m.admin.Lock()
+	defer q.m.admin.Unlock()
+	var done []Replayed
+	var err error
+	if len(ids) > 0 {
+		var dls []deadLetter
+		if dls, err = dlq.pendingByID(ids); err != nil {
+			return nil, err
+		}
+		for len(dls) > 0 && err == nil {
+			n := min(len(dls), replayChunk)
+			var r []Replayed
+			r, err = q.replay(ctx, dls[:n])
+			done = append(done, r...)
+			dls = dls[n:]
+		}
+	} else {
+		done, err = q.replayAll(ctx)
+	}
+	if err != nil {
+		q.m.log.Error("replaying dead letters failed", "queue", q.name, "replayed", len(done), "err", err)
+	} else if len(done) > 0 {
+		q.m.log.Info("dead letters replayed", "queue", q.name, "messages", len(done))
+	}
+	return done, err
+}
+
+// replayAll replays every dead letter some dead-letter group has not
+// settled, up to the offsets committed when it starts.
+func (q *Queue) replayAll(ctx context.Context) ([]Replayed, error) {
+	dlq := q.dlq
+	var done []Replayed
+	for pi, p := range dlq.parts {
+		dlq.mu.Lock()
+		from, to := p.first, p.committed
+		dlq.mu.Unlock()
+		for from < to {
+			if err := ctx.Err(); err != nil {
+				return done, err
+			}
+			msgs, err := dlq.read(pi, from, to, replayChunk)
+			if err != nil {
+				return done, err
+			}
+			if len(msgs) == 0 {
+				break
+			}
+			from = msgs[len(msgs)-1].Offset + 1
+			dlq.mu.Lock()
+			msgs = slices.DeleteFunc(msgs, func(m *Message) bool { return !dlq.pendingLocked(pi, m.Offset) })
+			dlq.mu.Unlock()
+			items := make([]deadLetter, len(msgs))
+			for i, m := range msgs {
+				items[i] = deadLetter{pi, m}
+			}
+			r, err := q.replay(ctx, items)
+			done = append(done, r...)
+			if err != nil {
+				return done, err
+			}
+		}
+	}
+	return done, nil
+}
+
+// deadLetter is a message of a dead-letter queue and its partition.
+type deadLetter struct {
+	partition int
+	m         *Message
+}
+
+// pendingLocked reports whether the dead-letter queue holds the message at
+// off of partition pi unsettled by at least one group (any message it
+// holds, when it has no group).
+func (q *Queue) pendingLocked(pi int, off uint64) bool {
+	p := q.parts[pi]
+	if off < p.first || off >= p.committed {
+		return false
+	}
+	if len(q.groups) == 0 {
+		return true
+	}
+	for _, g := range q.groups {
+		if !g.cursors[pi].isSettled(off) {
+			return true
+		}
+	}
+	return false
+}
+
+// pendingByID checks the msg-ids against the dead-letter queue q and reads
+// their messages, in the order given, duplicates dropped.
+func (q *Queue) pendingByID(ids []string) ([]deadLetter, error) {
+	type ref struct {
+		p   int
+		off uint64
+		id  string
+	}
+	var refs []ref
+	seen := map[ref]bool{}
+	for _, id := range ids {
+		p, off, err := ParseMessageID(id)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %q (want {partition}-{offset})", ErrBadMessageID, id)
+		}
+		r := ref{p, off, ""}
+		if seen[r] {
+			continue
+		}
+		seen[r] = true
+		r.id = id
+		refs = append(refs, r)
+	}
+	out := make([]deadLetter, len(refs))
+	q.mu.Lock()
+	for i, r := range refs {
+		if r.p >= len(q.parts) || !q.pendingLocked(r.p, r.off) {
+			q.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s is not in %s", ErrUnknownMessage, r.id, q.name)
+		}
+		if m, _ := q.parts[r.p].cached(r.off); m != nil {
+			out[i] = deadLetter{r.p, m}
+		}
+	}
+	q.mu.Unlock()
+	for i, r := range refs {
+		if out[i].m != nil {
+			continue
+		}
+		msgs, err := q.read(r.p, r.off, r.off+1, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) == 0 {
+			return nil, fmt.Errorf("%w: %s is not in %s", ErrUnknownMessage, r.id, q.name)
+		}
+		out[i] = deadLetter{r.p, msgs[0]}
+	}
+	return out, nil
+}
+
+// replay publishes the dead letters into q, waits until they are stored,
+// then settles those stored in the dead-letter queue.
+func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error) {
+	if len(dls) == 0 {
+		return nil, nil
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(dls))
+	news := make([]*Message, len(dls))
+	q.mu.Lock()
+	var stop error
+	for i, dl := range dls {
+		msg, target := replayMessage(dl.m)
+		wg.Add(1)
+		if stop = q.appendReplayLocked(msg, target, func(err error) { errs[i] = err; wg.Done() }); stop != nil {
+			wg.Done()
+			break
+		}
+		news[i] = msg
+	}
+	q.mu.Unlock()
+	wg.Wait() // every append completes: the committers never drop a request
+
+	dlq := q.dlq
+	var done []Replayed
+	var err error
+	dlq.mu.Lock()
+	if len(dlq.groups) == 0 {
+		dlq.groupLocked(DefaultGroup)
+	}
+	b := new(Batch)
+	for i, dl := range dls {
+		if news[i] == nil || errs[i] != nil {
+			if err == nil {
+				err = errors.Join(stop, errs[i])
+			}
+			continue
+		}
+		for _, g := range dlq.groups {
+			g.cursors[dl.partition].settleAdminLocked(dl.m, b)
+		}
+		done = append(done, Replayed{DLQID: MessageID(dl.partition, dl.m.Offset), ID: MessageID(PartitionFor(news[i].Key, len(q.parts)), news[i].Offset)})
+	}
+	for _, g := range dlq.groups {
+		for _, cur := range g.cursors {
+			cur.flushStateLocked(b)
+		}
+	}
+	wait := dlq.commitLocked(b)
+	dlq.dispatchLocked(dlq.m.now())
+	dlq.mu.Unlock()
+	if werr := wait(ctx); werr != nil && err == nil {
+		err = werr
+	}
+	return done, err
+}
+
+// replayMessage returns the message that replays the dead letter dm, and
+// the group it is for ("" for every group).
+func replayMessage(dm *Message) (*Message, string) {
+	m := &Message{Key: dm.Key, Headers: dm.Headers, Payload: dm.Payload}
+	m.Headers.User = slices.Clone(dm.Headers.User)
+	dl := dm.DeadLetter
+	if dl == nil {
+		return m, ""
+	}
+	if t, err := ParseTopic(dl.OriginalTopic); err == nil {
+		m.Subject = t.Subject
+	}
+	return m, dl.Group
+}
+
+// appendReplayLocked appends msg like Publish, for the group target only:
+// when q has that group, every other group has the new offset settled
+// before the message can be delivered. done runs once it is stored or
+// failed; an error returned means done will not run.
+func (q *Queue) appendReplayLocked(msg *Message, target string, done func(error)) error {
+	if q.closed {
+		return ErrClosed
+	}
+	if q.fullLocked() {
+		return ErrQueueFull
+	}
+	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
+	msg.EnqueuedAt = q.m.now()
+	msg.Offset = p.next
+	p.next++
+	if _, ok := q.groups[target]; ok {
+		for name, g := range q.groups {
+			if name != target {
+				g.cursors[p.index].settleLocked(msg.Offset, nil)
+			}
+		}
+	}
+	p.c.submit(commitReq{
+		app:  Append{Queue: q.name, Partition: p.index, Message: msg},
+		sync: q.opts.Durability == DurabilityFsync,
+		done: func(err error) {
+			q.appended(p, msg, err)
+			done(err)
+		},
+	})
+	return nil
+}
+
+// settleAdminLocked settles m for the cursor's group on an operator's
+// behalf: a lease on it is taken back (its consumer's late settlement
+// changes nothing), and with ordering key its key passes on as when it is
+// acked. A copy of m parked behind its key is dropped from the queue of
+// that key; one waiting in the ready or retry heap passes its key on when
+// it is popped.
+func (c *cursor) settleAdminLocked(m *Message, b *Batch) {
+	off := m.Offset
+	if c.isSettled(off) {
+		return
+	}
+	revoked := false
+	for _, cons := range c.g.consumers {
+		for l := range cons.leases {
+			if l.active && l.cur == c && l.m.Offset == off {
+				c.g.q.revokeLocked(l)
+				revoked = true
+			}
+		}
+	}
+	if ks := c.keys[m.Key]; ks != nil && off < c.next {
+		if i := slices.IndexFunc(ks.waiting, func(w *Message) bool { return w.Offset == off }); i >= 0 {
+			ks.waiting = slices.Delete(ks.waiting, i, i+1)
+			c.parked--
+		}
+	}
+	c.settleLocked(off, b)
+	if revoked {
+		c.unblockLocked(m)
+	}
+}
+
+// revokeLocked takes an active lease back without ending a delivery: the
+// message is settled by an operator. Like a lost lease, its credit slot
+// stays until the consumer's PUBACK (already arrived for an explicit
+// consumer: freed now).
+func (q *Queue) revokeLocked(l *Lease) {
+	l.active = false
+	l.cur.leased--
+	delete(l.cur.out, l.m.Offset)
+	if l.explicit && l.received && l.slot {
+		q.freeSlotLocked(l)
+	}
+}
+
+// commitLocked submits b to the committers of its partitions with sync and
+// returns a function that waits for them. Call the function after
+// releasing q.mu: completing an append takes it.
+func (q *Queue) commitLocked(b *Batch) func(context.Context) error {
+	per := map[*committer]*Batch{}
+	part := func(p int) *Batch {
+		c := q.parts[p].c
+		if per[c] == nil {
+			per[c] = new(Batch)
+		}
+		return per[c]
+	}
+	for _, w := range b.Deletes {
+		x := part(w.Partition)
+		x.Deletes = append(x.Deletes, w)
+	}
+	for _, w := range b.Floors {
+		x := part(w.Partition)
+		x.Floors = append(x.Floors, w)
+	}
+	for _, w := range b.Marks {
+		x := part(w.Partition)
+		x.Marks = append(x.Marks, w)
+	}
+	for _, w := range b.Deliveries {
+		x := part(w.Partition)
+		x.Deliveries = append(x.Deliveries, w)
+	}
+	for _, w := range b.DropGroups {
+		x := part(w.Partition)
+		x.DropGroups = append(x.DropGroups, w)
+	}
+	errc := make(chan error, len(per))
+	for c, x := range per {
+		c.submit(commitReq{batch: x, sync: true, done: func(err error) { errc <- err }})
+	}
+	n := len(per)
+	return func(ctx context.Context) error {
+		var errs []error
+		for range n {
+			select {
+			case err := <-errc:
+				errs = append(errs, err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// Declare creates the queue name with the settings o, or changes the
+// settings of an existing queue to o, and records them so that they
+// survive a restart (where they take precedence over the config file's).
+// The partition count of an existing queue cannot change
+// (ErrPartitionsChanged). A change applies at once: to deliveries from
+// then on (ack_timeout, max_deliveries, backoff), to consumers that
+// subscribe from then on (prefetch), to publishes from then on (durability,
+// limits). Switching ordering away from key releases the messages parked
+// behind their keys. It reports whether it created the queue.
+func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, bool, error) {
+	if !ValidQueueName(name) {
+		return nil, false, fmt.Errorf("%w: %q", ErrInvalidName, name)
+	}
+	if err := o.Validate(); err != nil {
+		return nil, false, err
+	}
+	m.admin.Lock()
+	defer m.admin.Unlock()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, false, ErrClosed
+	}
+	if q := m.queues[name]; q == nil {
+		defer m.mu.Unlock()
+		if err := m.persistDeclared(ctx, name, o, true); err != nil {
+			return nil, false, err
+		}
+		q, err := m.build(name, o)
+		if err != nil {
+			return nil, false, err
+		}
+		m.log.Info("queue declared", "queue", name, "partitions", o.Partitions, "ordering", o.Ordering, "durability", o.Durability)
+		return q, true, nil
+	}
+	q := m.queues[name]
+	m.mu.Unlock()
+	if n := len(q.parts); n != o.Partitions {
+		return nil, false, fmt.Errorf("%w: queue %q has %d partitions, asked for %d", ErrPartitionsChanged, name, n, o.Partitions)
+	}
+	if err := m.persistDeclared(ctx, name, o, false); err != nil {
+		return nil, false, err
+	}
+	q.setOptions(o)
+	q.dlq.setOptions(dlqOptions(o))
+	m.log.Info("queue settings changed", "queue", name, "ordering", o.Ordering, "durability", o.Durability,
+		"ack_timeout", o.AckTimeout, "max_deliveries", o.MaxDeliveries, "prefetch", o.Prefetch)
+	return q, false, nil
+}
+
+// persistDeclared durably records the queue's declared settings (and, for
+// a new queue, its dead-letter queue).
+func (m *Manager) persistDeclared(ctx context.Context, name string, o Options, withDLQ bool) error {
+	decl := o
+	b := &Batch{Queues: []QueueMeta{{Name: name, Partitions: o.Partitions, Declared: &decl}}}
+	if withDLQ {
+		b.Queues = append(b.Queues, QueueMeta{Name: DLQName(name), Partitions: o.Partitions})
+	}
+	done := make(chan error, 1)
+	m.committers[0].submit(commitReq{batch: b, sync: true, done: func(err error) { done <- err }})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// dlqOptions are the settings of the dead-letter queue of a queue with
+// settings o, as Manager.build gives them: its parent's, but a full
+// dead-letter queue drops its oldest rather than refusing a dead letter.
+func dlqOptions(o Options) Options {
+	if o.MaxMessages > 0 {
+		o.Overflow = OverflowDropOldest
+	}
+	return o
+}
+
+// setOptions replaces the queue's settings.
+func (q *Queue) setOptions(o Options) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	old := q.opts
+	q.opts = o
+	if old.Ordering == OrderKey && o.Ordering != OrderKey {
+		for _, g := range q.groups {
+			for _, cur := range g.cursors {
+				for _, ks := range cur.keys {
+					for _, m := range ks.waiting {
+						heap.Push(&cur.ready, &pending{m: m, cur: cur, deliveries: cur.counts[m.Offset]})
+					}
+				}
+				clear(cur.keys)
+				cur.parked = 0
+			}
+		}
+	}
+	for _, g := range q.groups {
+		g.rebalance()
+	}
+	q.dispatchLocked(q.m.now())
+}
+
+// DeclaredAtRuntime returns the names of the queues whose settings were
+// set with Declare.
+func (m *Manager) DeclaredAtRuntime() (map[string]bool, error) {
+	metas, err := m.shards[0].Queues()
+	if err != nil {
+		return nil, storageError(err)
+	}
+	out := map[string]bool{}
+	for _, meta := range metas {
+		if meta.Declared != nil {
+			out[meta.Name] = true
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,192 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shardq/shardq/queue"
+	"github.com/shardq/shardq/queue/queuetest"
+)
+
+// deadLetters publishes payloads with one key to queue q and has group g
+// reject each: they end in q's dead-letter queue, in order.
+func deadLetters(t *testing.T, m *queue.Manager, q string, payloads ...string) {
+	t.Helper()
+	for _, p := range payloads {
+		if err := publish(t, m, q, &queue.Message{Key: "k", Payload: []byte(p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRecorder()
+	c, err := m.Queue(q).Subscribe("g", r, queue.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range payloads {
+		d := r.wait(t, i+1)[i]
+		if err := d.Lease.Settle(queue.Reject); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	waitDepth(t, m.Queue(q).DLQ(), uint64(len(payloads)))
+}
+
+// waitDepth waits until the queue holds n messages (retention runs on a timer).
+func waitDepth(t *testing.T, q *queue.Queue, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for q.Info().Depth() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %d messages, want %d", q.Name(), q.Info().Depth(), n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func payload(d queue.Delivery) string { return string(d.Message.Payload) }
+
+func TestAdminReplayOfAParkedDeadLetterKeepsKeyOrder(t *testing.T) {
+	m := newManager(t, queuetest.NewMemStore(1), nil)
+	deadLetters(t, m, "q", "a", "b", "c")
+	q := m.Queue("q")
+	dlq := q.DLQ()
+
+	// A dead-letter consumer holds a (key k); b and c wait behind it.
+	r := newRecorder()
+	if _, err := dlq.Subscribe(queue.DefaultGroup, r, queue.ConsumerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := r.wait(t, 1)[0]
+	part := queue.PartitionFor("k", len(dlq.Info().Partitions))
+	msgs, err := dlq.Peek(context.Background(), part, 0, 10)
+	if err != nil || len(msgs) != 3 || string(msgs[1].Payload) != "b" {
+		t.Fatalf("peek: %d messages, %v", len(msgs), err)
+	}
+	bID := queue.MessageID(part, msgs[1].Offset)
+	done, err := q.ReplayDLQ(context.Background(), []string{bID})
+	if err != nil || len(done) != 1 || done[0].DLQID != bID {
+		t.Fatalf("replay b: %+v, %v", done, err)
+	}
+
+	// The group that dead-lettered b gets its copy.
+	g := newRecorder()
+	if _, err := q.Subscribe("g", g, queue.ConsumerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := g.wait(t, 1)[0]; payload(d) != "b" || d.ID() != done[0].ID || d.Count != 1 {
+		t.Fatalf("replayed delivery %q %s count %d", payload(d), d.ID(), d.Count)
+	}
+
+	// Once a is settled, c comes next: b left the line, the key is not stuck.
+	if err := a.Lease.Settle(queue.Ack); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.wait(t, 2)[1]; payload(d) != "c" {
+		t.Fatalf("after a, got %q, want c", payload(d))
+	}
+	r.mu.Lock()
+	n := len(r.ds)
+	r.mu.Unlock()
+	time.Sleep(30 * time.Millisecond)
+	if r.mu.Lock(); len(r.ds) != n {
+		t.Errorf("delivered %q after c: b was replayed", payload(r.ds[n]))
+	}
+	r.mu.Unlock()
+}
+
+func TestAdminReplayTakesBackALeasedDeadLetter(t *testing.T) {
+	m := newManager(t, queuetest.NewMemStore(1), nil)
+	deadLetters(t, m, "q", "a", "b")
+	q := m.Queue("q")
+	r := newRecorder()
+	if _, err := q.DLQ().Subscribe(queue.DefaultGroup, r, queue.ConsumerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := r.wait(t, 1)[0]
+	done, err := q.ReplayDLQ(context.Background(), nil)
+	if err != nil || len(done) != 2 {
+		t.Fatalf("replay all: %+v, %v", done, err)
+	}
+	if err := a.Lease.Settle(queue.Ack); !errors.Is(err, queue.ErrNotLeased) {
+		t.Fatalf("settling a replayed dead letter: %v, want ErrNotLeased", err)
+	}
+	waitDepth(t, q.DLQ(), 0)
+	if got := q.DLQ().Stats().Snapshot().Acked; got != 0 {
+		t.Errorf("dead-letter queue acked %d, want 0", got)
+	}
+	// Nothing left: the key passed on, nothing else is delivered.
+	time.Sleep(30 * time.Millisecond)
+	if r.mu.Lock(); len(r.ds) != 1 {
+		t.Errorf("%d deliveries after the replay, want 1", len(r.ds))
+	}
+	r.mu.Unlock()
+	if again, err := q.ReplayDLQ(context.Background(), nil); err != nil || len(again) != 0 {
+		t.Errorf("second replay: %+v, %v", again, err)
+	}
+}
+
+func TestAdminPurgeTakesBackLeasesAndFreesKeys(t *testing.T) {
+	m := newManager(t, queuetest.NewMemStore(2), nil)
+	for _, p := range []string{"a", "b", "c"} {
+		if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte(p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := m.Queue("q")
+	r := newRecorder()
+	if _, err := q.Subscribe("g", r, queue.ConsumerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := r.wait(t, 1)[0]
+	n, err := q.Purge(context.Background())
+	if err != nil || n != 3 {
+		t.Fatalf("purge: %d, %v; want 3", n, err)
+	}
+	if err := a.Lease.Settle(queue.Ack); !errors.Is(err, queue.ErrNotLeased) {
+		t.Fatalf("settling a purged message: %v, want ErrNotLeased", err)
+	}
+	info := q.Info()
+	g, _ := info.Group("g")
+	if info.Depth() != 0 || g.Lag() != 0 || g.Leased() != 0 {
+		t.Fatalf("after purge: depth %d lag %d leased %d", info.Depth(), g.Lag(), g.Leased())
+	}
+	if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte("d")}); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.wait(t, 2)[1]; payload(d) != "d" {
+		t.Fatalf("after purge got %q, want d", payload(d))
+	}
+}
+
+func TestAdminDeclareAwayFromKeyOrderingReleasesParkedMessages(t *testing.T) {
+	m := newManager(t, queuetest.NewMemStore(1), nil)
+	for _, p := range []string{"a", "b", "c"} {
+		if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte(p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := m.Queue("q")
+	r := newRecorder()
+	if _, err := q.Subscribe("g", r, queue.ConsumerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, 1)
+	o := q.Options()
+	o.Ordering = queue.OrderNone
+	if _, created, err := m.Declare(context.Background(), "q", o); err != nil || created {
+		t.Fatalf("declare: created %v, %v", created, err)
+	}
+	if ds := r.wait(t, 3); payload(ds[1]) != "b" || payload(ds[2]) != "c" {
+		t.Fatalf("after the change got %q %q", payload(ds[1]), payload(ds[2]))
+	}
+	o.Partitions = 9
+	if _, _, err := m.Declare(context.Background(), "q", o); !errors.Is(err, queue.ErrPartitionsChanged) {
+		t.Fatalf("changing partitions: %v, want ErrPartitionsChanged", err)
+	}
+	if q.Options().Ordering != queue.OrderNone || len(q.Info().Partitions) != 8 {
+		t.Errorf("settings after the refused change: %+v", q.Options())
+	}
+}
