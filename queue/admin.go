@@ -510,34 +510,7 @@ func (q *Queue) revokeLocked(l *Lease) {
 // returns a function that waits for them. Call the function after
 // releasing q.mu: completing an append takes it.
 func (q *Queue) commitLocked(b *Batch) func(context.Context) error {
-	per := map[*committer]*Batch{}
-	part := func(p int) *Batch {
-		c := q.parts[p].c
-		if per[c] == nil {
-			per[c] = new(Batch)
-		}
-		return per[c]
-	}
-	for _, w := range b.Deletes {
-		x := part(w.Partition)
-		x.Deletes = append(x.Deletes, w)
-	}
-	for _, w := range b.Floors {
-		x := part(w.Partition)
-		x.Floors = append(x.Floors, w)
-	}
-	for _, w := range b.Marks {
-		x := part(w.Partition)
-		x.Marks = append(x.Marks, w)
-	}
-	for _, w := range b.Deliveries {
-		x := part(w.Partition)
-		x.Deliveries = append(x.Deliveries, w)
-	}
-	for _, w := range b.DropGroups {
-		x := part(w.Partition)
-		x.DropGroups = append(x.DropGroups, w)
-	}
+	per := q.perShard(b)
 	errc := make(chan error, len(per))
 	for c, x := range per {
 		c.submit(commitReq{batch: x, sync: true, done: func(err error) { errc <- err }})

@@ -167,11 +167,7 @@ func (m *Manager) build(name string, opts Options) (*Queue, error) {
 	}
 	// The dead-letter queue keeps its parent's limits but drops its own
 	// oldest when full rather than refusing a dead letter.
-	dopts := opts
-	if dopts.MaxMessages > 0 {
-		dopts.Overflow = OverflowDropOldest
-	}
-	dlq, err := m.buildOne(DLQName(name), dopts)
+	dlq, err := m.buildOne(DLQName(name), dlqOptions(opts))
 	if err != nil {
 		return nil, err
 	}

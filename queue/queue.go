@@ -361,12 +361,47 @@ func (q *Queue) flushLocked(b *Batch) {
 	if b.Len() == 0 {
 		return
 	}
-	shards := q.batchShards(b)
-	if len(shards) == 1 {
-		for c := range shards {
-			c.submit(commitReq{batch: b})
+	for c, x := range q.perShard(b) {
+		c.submit(commitReq{batch: x})
+	}
+}
+
+// perShard splits the partition writes of b by the committer of their
+// partition's shard; b itself comes back when they all share one.
+func (q *Queue) perShard(b *Batch) map[*committer]*Batch {
+	var one *committer
+	mixed := false
+	note := func(p int) {
+		c := q.parts[p].c
+		if one == nil {
+			one = c
+		} else if one != c {
+			mixed = true
 		}
-		return
+	}
+	for _, w := range b.Floors {
+		note(w.Partition)
+	}
+	for _, w := range b.Marks {
+		note(w.Partition)
+	}
+	for _, w := range b.Deliveries {
+		note(w.Partition)
+	}
+	for _, w := range b.Deletes {
+		note(w.Partition)
+	}
+	for _, w := range b.DropGroups {
+		note(w.Partition)
+	}
+	for _, w := range b.Dedups {
+		note(w.Partition)
+	}
+	if !mixed {
+		if one == nil {
+			return nil
+		}
+		return map[*committer]*Batch{one: b}
 	}
 	per := map[*committer]*Batch{}
 	part := func(p int) *Batch {
@@ -400,33 +435,7 @@ func (q *Queue) flushLocked(b *Batch) {
 		x := part(w.Partition)
 		x.Dedups = append(x.Dedups, w)
 	}
-	for c, x := range per {
-		c.submit(commitReq{batch: x})
-	}
-}
-
-func (q *Queue) batchShards(b *Batch) map[*committer]struct{} {
-	set := map[*committer]struct{}{}
-	add := func(p int) { set[q.parts[p].c] = struct{}{} }
-	for _, w := range b.Floors {
-		add(w.Partition)
-	}
-	for _, w := range b.Marks {
-		add(w.Partition)
-	}
-	for _, w := range b.Deliveries {
-		add(w.Partition)
-	}
-	for _, w := range b.Deletes {
-		add(w.Partition)
-	}
-	for _, w := range b.DropGroups {
-		add(w.Partition)
-	}
-	for _, w := range b.Dedups {
-		add(w.Partition)
-	}
-	return set
+	return per
 }
 
 // closeLocked persists the settlements not yet written and refuses new work.
