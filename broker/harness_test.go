@@ -90,6 +90,7 @@ type rawClient struct {
 	msgs   chan *packets.Publish
 	closed chan struct{}
 	err    error
+	seen   []byte // the type of every packet received, in order
 }
 
 type connectOpts struct {
@@ -161,6 +162,9 @@ func (c *rawClient) read() {
 			c.err = err
 			return
 		}
+		c.mu.Lock()
+		c.seen = append(c.seen, cp.FixedHeader.Type)
+		c.mu.Unlock()
 		switch p := cp.Content.(type) {
 		case *packets.Publish:
 			c.msgs <- p

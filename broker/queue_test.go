@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,6 +31,14 @@ func TestQueueProduceThenConsume(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 20; i++ {
 		p := cons.next(5 * time.Second)
+		if i == 0 {
+			cons.mu.Lock()
+			order := slices.Clone(cons.seen)
+			cons.mu.Unlock()
+			if sa, pub := slices.Index(order, packets.SUBACK), slices.Index(order, packets.PUBLISH); sa < 0 || sa > pub {
+				t.Fatalf("packets in order %v: a delivery came before the SUBACK", order)
+			}
+		}
 		if p.Topic != "$queue/orders/eu" {
 			t.Errorf("topic %q, want $queue/orders/eu", p.Topic)
 		}

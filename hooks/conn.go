@@ -39,6 +39,9 @@ type conn struct {
 	// unsubbed lists, by UNSUBSCRIBE packet ID, the positions of the queue
 	// filters it removed (see OnPacketEncode).
 	unsubbed map[uint16][]int
+	// pendingSubs are queue subscriptions waiting for their SUBACK to be
+	// written, by SUBSCRIBE packet ID.
+	pendingSubs map[uint16]pendingSub
 	// writing is true while the writer goroutine runs.
 	writing bool
 }
@@ -56,16 +59,17 @@ type delivery struct {
 
 func newConn(h *Hook, cl *mqtt.Client) *conn {
 	return &conn{
-		h:        h,
-		cl:       cl,
-		v5:       cl.Properties.ProtocolVersion == 5,
-		window:   make(chan struct{}, h.opts.ProducerWindow),
-		done:     make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-		leases:   map[uint16]*queue.Lease{},
-		explicit: map[string]*queue.Lease{},
-		unsubbed: map[uint16][]int{},
-		subs:     map[string]*subscription{},
+		h:           h,
+		cl:          cl,
+		v5:          cl.Properties.ProtocolVersion == 5,
+		window:      make(chan struct{}, h.opts.ProducerWindow),
+		done:        make(chan struct{}),
+		wake:        make(chan struct{}, 1),
+		leases:      map[uint16]*queue.Lease{},
+		explicit:    map[string]*queue.Lease{},
+		unsubbed:    map[uint16][]int{},
+		pendingSubs: map[uint16]pendingSub{},
+		subs:        map[string]*subscription{},
 	}
 }
 

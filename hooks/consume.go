@@ -136,14 +136,52 @@ func parsePartitions(s string, n int) ([]int, error) {
 	return out, nil
 }
 
-// OnSubscribed joins the consumer groups of the accepted queue filters.
+// OnSubscribed notes the accepted queue filters; their consumers join
+// their groups once the SUBACK is written (OnPacketSent), so that no
+// delivery reaches the client before it knows its subscription: some
+// clients drop a message for a subscription they have not seen acknowledged.
 func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
+	var accepted []packets.Subscription
 	for i, sub := range pk.Filters {
 		if i < len(reasonCodes) && reasonCodes[i] < packets.ErrUnspecifiedError.Code && queue.IsQueueTopic(sub.Filter) {
 			h.saveProps(cl.ID, sub.Filter, pk.Properties.User)
-			h.subscribe(cl, sub, pk.Properties.User)
 			h.unindex(cl, sub.Filter)
+			accepted = append(accepted, sub)
 		}
+	}
+	if len(accepted) == 0 {
+		return
+	}
+	c := h.connFor(cl)
+	c.mu.Lock()
+	c.pendingSubs[pk.PacketID] = pendingSub{subs: accepted, props: pk.Properties.User}
+	c.mu.Unlock()
+}
+
+// pendingSub is a SUBSCRIBE whose queue consumers start after its SUBACK.
+type pendingSub struct {
+	subs  []packets.Subscription
+	props []packets.UserProperty
+}
+
+// OnPacketSent starts the consumers of a SUBSCRIBE once its SUBACK is out.
+func (h *Hook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, b []byte) {
+	if pk.FixedHeader.Type != packets.Suback {
+		return
+	}
+	c := h.lookup(cl)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	p, ok := c.pendingSubs[pk.PacketID]
+	delete(c.pendingSubs, pk.PacketID)
+	c.mu.Unlock()
+	if !ok {
+		return
+	}
+	for _, sub := range p.subs {
+		h.subscribe(cl, sub, p.props)
 	}
 }
 

@@ -96,6 +96,7 @@ func (h *Hook) Provides(b byte) bool {
 		mqtt.OnPacketEncode,
 		mqtt.OnSubscribe,
 		mqtt.OnSubscribed,
+		mqtt.OnPacketSent,
 		mqtt.OnUnsubscribed,
 		mqtt.OnWill,
 		mqtt.OnSelectSubscribers,
