@@ -32,6 +32,7 @@ type Broker struct {
 	registry *prometheus.Registry
 
 	mqttLn   net.Listener
+	tracked  *trackingListener
 	httpLn   net.Listener
 	httpSrv  *http.Server
 	ready    atomic.Bool
@@ -141,7 +142,8 @@ func (b *Broker) Serve() error {
 	if b.mqttLn, err = net.Listen("tcp", b.cfg.MQTT); err != nil {
 		return fmt.Errorf("broker: mqtt listener: %w", err)
 	}
-	if err := b.server.AddListener(listeners.NewNet("mqtt", deadlineListener{b.mqttLn, connectTimeout})); err != nil {
+	b.tracked = newTrackingListener(b.mqttLn, connectTimeout)
+	if err := b.server.AddListener(listeners.NewNet("mqtt", b.tracked)); err != nil {
 		return err
 	}
 	if b.cfg.WS != "" {
@@ -207,11 +209,40 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	if b.httpSrv != nil {
 		_ = b.httpSrv.Shutdown(ctx)
 	}
-	_ = b.server.Close()
+	b.closeMQTT(ctx)
 	err := b.closeStorage(ctx)
 	close(b.done)
 	b.log.Info("shut down")
 	return err
+}
+
+// shutdownGrace is how long Shutdown lets clients close their connections
+// after mochi's DISCONNECT before it closes them itself.
+const shutdownGrace = 2 * time.Second
+
+// closeMQTT stops mochi: listeners closed, clients sent DISCONNECT. mochi
+// waits for every client to go, which a client that ignores the DISCONNECT
+// would stretch to its keep-alive: past the grace period (or ctx) the
+// remaining connections are closed.
+func (b *Broker) closeMQTT(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		_ = b.server.Close()
+		close(done)
+	}()
+	grace := time.NewTimer(shutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	if b.tracked != nil {
+		b.log.Warn("closing the connections of clients that did not disconnect")
+		b.tracked.closeAll()
+	}
+	<-done
 }
 
 func (b *Broker) closeStorage(ctx context.Context) error {

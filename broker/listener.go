@@ -2,6 +2,7 @@ package broker
 
 import (
 	"net"
+	"sync"
 	"time"
 )
 
@@ -12,16 +13,58 @@ import (
 // deadline from its keep-alive before every packet.
 const connectTimeout = 10 * time.Second
 
-type deadlineListener struct {
+// trackingListener sets the CONNECT deadline on accepted connections and
+// keeps them, so that Shutdown can close the ones that outlive its grace
+// period (mochi waits for a client to close after a server DISCONNECT).
+type trackingListener struct {
 	net.Listener
 	timeout time.Duration
+
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
 }
 
-func (l deadlineListener) Accept() (net.Conn, error) {
+func newTrackingListener(l net.Listener, timeout time.Duration) *trackingListener {
+	return &trackingListener{Listener: l, timeout: timeout, conns: map[*trackedConn]struct{}{}}
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Now().Add(l.timeout))
-	return c, nil
+	tc := &trackedConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.conns[tc] = struct{}{}
+	l.mu.Unlock()
+	return tc, nil
+}
+
+// closeAll closes every connection still open.
+func (l *trackingListener) closeAll() {
+	l.mu.Lock()
+	conns := make([]*trackedConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	l    *trackingListener
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
