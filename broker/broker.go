@@ -11,7 +11,6 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardq/shardq/config"
@@ -89,8 +88,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		"queues", len(b.manager.Queues())/2, "took", time.Since(start).Round(time.Millisecond))
 
 	b.server = newMQTTServer(log, cfg.Storage.MaxPayload)
-	b.hook = hooks.New(hooks.Options{Manager: b.manager, Server: b.server, Logger: log})
-	if err := b.server.AddHook(new(auth.AllowHook), nil); err != nil {
+	b.hook = hooks.New(hooks.Options{Manager: b.manager, Server: b.server, Logger: log,
+		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second)})
+	if err := b.server.AddHook(newAccessHook(cfg.Protocol.DenySubscribe), nil); err != nil {
 		b.closeStorage(context.Background())
 		return nil, err
 	}

@@ -91,6 +91,8 @@ type rawClient struct {
 	closed chan struct{}
 	err    error
 	seen   []byte // the type of every packet received, in order
+
+	connack *packets.Connack
 }
 
 type connectOpts struct {
@@ -100,6 +102,7 @@ type connectOpts struct {
 	expiry     uint32
 	// will, when set, is the will's topic (QoS 1, retained, payload willMsg).
 	will, willMsg string
+	keepAlive     uint16 // default 30
 }
 
 func dialRaw(t *testing.T, addr, id string, o connectOpts) *rawClient {
@@ -117,6 +120,9 @@ func dialRaw(t *testing.T, addr, id string, o connectOpts) *rawClient {
 	cc.ClientID = id
 	cc.CleanStart = !o.keepClean
 	cc.KeepAlive = 30
+	if o.keepAlive > 0 {
+		cc.KeepAlive = o.keepAlive
+	}
 	if o.will != "" {
 		cc.WillFlag, cc.WillTopic, cc.WillMessage, cc.WillQOS, cc.WillRetain = true, o.will, []byte(o.willMsg), 1, true
 		cc.WillProperties = &packets.Properties{}
@@ -146,9 +152,11 @@ func dialRaw(t *testing.T, addr, id string, o connectOpts) *rawClient {
 		t.Fatalf("connack: %v", err)
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	if ca, ok := ack.Content.(*packets.Connack); !ok || ca.ReasonCode != 0 {
+	ca, ok := ack.Content.(*packets.Connack)
+	if !ok || ca.ReasonCode != 0 {
 		t.Fatalf("connack: %v", ack.Content)
 	}
+	c.connack = ca
 	go c.read()
 	t.Cleanup(func() { c.close() })
 	return c

@@ -430,3 +430,20 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestMQTTConnectAndSubscribePolicy covers the two MQTT settings of the
+// default config that the Eclipse Paho interoperability suite checks.
+func TestMQTTConnectAndSubscribePolicy(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	long := dialRaw(t, b.MQTTAddr(), "long", connectOpts{keepAlive: 120})
+	if p := long.connack.Properties; p == nil || p.ServerKeepAlive == nil || *p.ServerKeepAlive != 60 {
+		t.Fatalf("CONNACK properties %+v: want Server Keep Alive 60 for a requested 120", long.connack.Properties)
+	}
+	short := dialRaw(t, b.MQTTAddr(), "short", connectOpts{keepAlive: 20})
+	if p := short.connack.Properties; p != nil && p.ServerKeepAlive != nil {
+		t.Fatalf("Server Keep Alive %d sent for a keep-alive within the cap", *p.ServerKeepAlive)
+	}
+	if rc := short.subscribe(2, nil, "test/nosubscribe", "test/ok"); rc[0] != 0x80 || rc[1] != 2 {
+		t.Fatalf("SUBACK %v, want [0x80 0x02]", rc)
+	}
+}

@@ -24,9 +24,10 @@ type Config struct {
 	WS      string // listen.ws: MQTT over WebSocket; default ":8083", "" disables
 	HTTP    string // listen.http: metrics, health and admin API; default ":9090", "" disables
 
-	Queues  Queues  // queues
-	Storage Storage // storage
-	Admin   Admin   // http
+	Queues   Queues   // queues
+	Protocol Protocol // mqtt
+	Storage  Storage  // storage
+	Admin    Admin    // http
 
 	// LogLevel is log_level: debug, info (the default), warn or error.
 	LogLevel slog.Level
@@ -46,6 +47,18 @@ type Queues struct {
 	// Declared queues exist from the start. Each one holds Defaults with the
 	// fields its YAML entry sets replaced.
 	Declared map[string]queue.Options `yaml:"declared"`
+}
+
+// Protocol are MQTT settings, under the YAML key mqtt.
+type Protocol struct {
+	// MaxKeepAlive caps the keep-alive an MQTT 5 client may ask for: a
+	// longer one is answered with this as Server Keep Alive. 0 means no cap.
+	// MQTT 3.1.1 clients cannot be told and are not capped. Default 60s.
+	MaxKeepAlive time.Duration `yaml:"max_keep_alive"`
+	// DenySubscribe lists topic filters no client may subscribe to (SUBACK
+	// 0x80). The default holds test/nosubscribe, the filter the Eclipse
+	// Paho interoperability suite uses to check subscription failures.
+	DenySubscribe []string `yaml:"deny_subscribe"`
 }
 
 // Storage are the settings of the storage engine.
@@ -102,7 +115,8 @@ func Default() *Config {
 			AutoCreate: true,
 			Declared:   map[string]queue.Options{},
 		},
-		Admin: Admin{Metrics: true},
+		Admin:    Admin{Metrics: true},
+		Protocol: Protocol{MaxKeepAlive: 60 * time.Second, DenySubscribe: []string{"test/nosubscribe"}},
 		Storage: Storage{
 			Shards:       2,
 			SyncInterval: 100 * time.Millisecond,
@@ -166,6 +180,15 @@ func (c *Config) Validate() error {
 			if l.addr == prev.addr && !strings.HasSuffix(l.addr, ":0") {
 				fail(l.path, fmt.Sprintf("same address as %s, %q", prev.path, l.addr), nil)
 			}
+		}
+	}
+
+	if k := c.Protocol.MaxKeepAlive; k < 0 || k%time.Second != 0 || k > 65535*time.Second {
+		fail("mqtt.max_keep_alive", fmt.Sprintf("must be whole seconds from 0 (no cap) to 65535s, got %s", k), nil)
+	}
+	for _, f := range c.Protocol.DenySubscribe {
+		if f == "" || strings.ContainsRune(f, 0) {
+			fail("mqtt.deny_subscribe", fmt.Sprintf("must hold topic filters, got %q", f), nil)
 		}
 	}
 

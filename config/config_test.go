@@ -507,3 +507,31 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigMQTTSection(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("mqtt:\n  max_keep_alive: 300s\n  deny_subscribe: [a/b, \"c/#\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load([]string{"--config", good}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Protocol.MaxKeepAlive != 300*time.Second || len(c.Protocol.DenySubscribe) != 2 || c.Protocol.DenySubscribe[1] != "c/#" {
+		t.Fatalf("mqtt section read as %+v", c.Protocol)
+	}
+	for file, want := range map[string]string{
+		"mqtt:\n  max_keep_alive: 1.5s\n":   "mqtt.max_keep_alive",
+		"mqtt:\n  deny_subscribe: a/b\n":    "mqtt.deny_subscribe",
+		"mqtt:\n  deny_subscribe: [\"\"]\n": "mqtt.deny_subscribe",
+	} {
+		p := filepath.Join(dir, "bad.yaml")
+		if err := os.WriteFile(p, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load([]string{"--config", p}, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one naming %s", file, err, want)
+		}
+	}
+}

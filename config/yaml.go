@@ -90,6 +90,7 @@ func (d *decoder) top() []field {
 			{"auto_create", d.leaf(&c.Queues.AutoCreate)},
 			{"declared", d.declared},
 		})},
+		{"mqtt", d.section(d.tagged(&c.Protocol))},
 		{"storage", d.section(d.tagged(&c.Storage))},
 		{"http", d.section(d.tagged(&c.Admin))},
 	}
@@ -207,6 +208,7 @@ func (d *decoder) tagged(ptr any) []field {
 
 var (
 	durationType        = reflect.TypeFor[time.Duration]()
+	stringsType         = reflect.TypeFor[[]string]()
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
@@ -222,6 +224,21 @@ func (d *decoder) leaf(ptr any) func(n *yaml.Node, path string) error {
 	return func(n *yaml.Node, path string) error {
 		n = resolve(n)
 		want := wantName(v)
+		if v.Type() == stringsType {
+			if n.Kind != yaml.SequenceNode {
+				return d.errorf(n, path, "must be a list of strings, got %s", kindName(n))
+			}
+			list := make([]string, 0, len(n.Content))
+			for _, e := range n.Content {
+				e = resolve(e)
+				if e.Kind != yaml.ScalarNode {
+					return d.errorf(e, path, "must be a list of strings, got an element that is %s", kindName(e))
+				}
+				list = append(list, e.Value)
+			}
+			v.Set(reflect.ValueOf(list))
+			return nil
+		}
 		if n.Kind != yaml.ScalarNode {
 			return d.errorf(n, path, "must be %s, got %s", want, kindName(n))
 		}

@@ -25,7 +25,10 @@ type Options struct {
 	// ProducerWindow caps each producer's publishes that are not yet
 	// acknowledged; a producer past it is not read until commits catch up.
 	ProducerWindow int
-	Logger         *slog.Logger
+	// MaxKeepAlive caps, in seconds, the keep-alive of MQTT 5 clients (sent
+	// back as Server Keep Alive); 0 means no cap.
+	MaxKeepAlive uint16
+	Logger       *slog.Logger
 }
 
 // Hook is the mochi hook that turns $queue/ topics into queues. It is the
@@ -88,6 +91,7 @@ func (h *Hook) ID() string { return "shardq-queues" }
 // Provides implements mqtt.Hook.
 func (h *Hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{
+		mqtt.OnConnect,
 		mqtt.OnSessionEstablish,
 		mqtt.OnSessionEstablished,
 		mqtt.OnDisconnect,
@@ -121,6 +125,16 @@ func (h *Hook) connFor(cl *mqtt.Client) *conn {
 func (h *Hook) lookup(cl *mqtt.Client) *conn {
 	if c, ok := h.conns.Load(cl); ok {
 		return c.(*conn)
+	}
+	return nil
+}
+
+// OnConnect caps an MQTT 5 client's keep-alive at MaxKeepAlive and tells
+// it so in the CONNACK (Server Keep Alive).
+func (h *Hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	if max := h.opts.MaxKeepAlive; max > 0 && cl.Properties.ProtocolVersion == 5 && cl.State.Keepalive > max {
+		cl.State.Keepalive = max
+		cl.State.ServerKeepalive = true
 	}
 	return nil
 }
