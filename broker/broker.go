@@ -12,6 +12,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shardq/shardq/config"
 	"github.com/shardq/shardq/hooks"
@@ -217,32 +218,58 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 }
 
 // shutdownGrace is how long Shutdown lets clients close their connections
-// after mochi's DISCONNECT before it closes them itself.
+// after the DISCONNECT before it closes them itself.
 const shutdownGrace = 2 * time.Second
 
-// closeMQTT stops mochi: listeners closed, clients sent DISCONNECT. mochi
-// waits for every client to go, which a client that ignores the DISCONNECT
-// would stretch to its keep-alive: past the grace period (or ctx) the
-// remaining connections are closed.
+// closeMQTT stops the MQTT side: no new connections, DISCONNECT to every
+// client, and their connections closed once they are gone or the grace
+// period (or ctx) ends; then mochi's own Close. It disconnects the clients
+// before calling mochi's Close because mochi (v2.7.9) read-locks its client
+// table twice while closing, which deadlocks against a client leaving at
+// the same moment.
 func (b *Broker) closeMQTT(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		_ = b.server.Close()
-		close(done)
-	}()
-	grace := time.NewTimer(shutdownGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-		return
-	case <-grace.C:
-	case <-ctx.Done():
+	if b.mqttLn != nil {
+		_ = b.mqttLn.Close()
 	}
-	if b.tracked != nil {
+	for _, cl := range b.server.Clients.GetAll() {
+		if !cl.Closed() {
+			_ = b.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
+	}
+	gone := func(d time.Duration) bool {
+		done := make(chan struct{})
+		go func() {
+			b.server.Listeners.ClientsWg.Wait()
+			close(done)
+		}()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-done:
+			return true
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return false
+	}
+	if !gone(shutdownGrace) && b.tracked != nil {
 		b.log.Warn("closing the connections of clients that did not disconnect")
 		b.tracked.closeAll()
+		if !gone(shutdownGrace) {
+			b.log.Error("clients still attached after their connections were closed")
+		}
 	}
-	<-done
+	closed := make(chan struct{})
+	go func() {
+		_ = b.server.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(shutdownGrace):
+		b.log.Error("mqtt server did not stop in time")
+	case <-ctx.Done():
+	}
 }
 
 func (b *Broker) closeStorage(ctx context.Context) error {
