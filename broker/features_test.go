@@ -362,3 +362,65 @@ func TestQueueResumedSessionKeepsSubscriptionSettings(t *testing.T) {
 	prod.publish("$queue/tasks", []byte("t2"))
 	c2.none(300 * time.Millisecond)
 }
+
+func TestQueueMaxBytes(t *testing.T) {
+	dir := t.TempDir()
+	limit := func(c *config.Config) {
+		c.Queues.Defaults.MaxBytes = 1000
+		c.Queues.Defaults.Partitions = 2
+	}
+	b := startBroker(t, dir, limit)
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	payload := make([]byte, 300)
+	stored := 0
+	for i := 0; i < 5; i++ {
+		switch rc := prod.publish("$queue/bytes", payload, "key", strconv.Itoa(i)); rc {
+		case 0:
+			stored++
+		case 0x97:
+		default:
+			t.Fatalf("publish %d: %#x", i, rc)
+		}
+	}
+	if stored != 3 {
+		t.Fatalf("stored %d messages of 300+ bytes under max_bytes 1000, want 3 (then 0x97)", stored)
+	}
+	prod.close()
+	b.stop(t)
+
+	// The count survives a restart: still full.
+	b2 := startBroker(t, dir, limit)
+	prod2 := dialRaw(t, b2.MQTTAddr(), "p2", connectOpts{})
+	if rc := prod2.publish("$queue/bytes", payload, "key", "x"); rc != 0x97 {
+		t.Fatalf("publish after restart: %#x, want 0x97", rc)
+	}
+	cons := dialRaw(t, b2.MQTTAddr(), "c", connectOpts{})
+	cons.subscribe(1, nil, "$queue/bytes")
+	for i := 0; i < 3; i++ {
+		cons.puback(cons.next(5*time.Second), 0)
+	}
+	waitFor(t, func() bool { return prod2.publish("$queue/bytes", payload, "key", "y") == 0 })
+
+	// With drop-oldest, max_bytes evicts the oldest to the dead-letter queue instead.
+	b3 := startBroker(t, t.TempDir(), func(c *config.Config) {
+		c.Queues.Defaults.MaxBytes = 1000
+		c.Queues.Defaults.Partitions = 1
+		c.Queues.Defaults.Overflow = queue.OverflowDropOldest
+	})
+	prod3 := dialRaw(t, b3.MQTTAddr(), "p3", connectOpts{})
+	for i := 0; i < 5; i++ {
+		if rc := prod3.publish("$queue/bytes", append([]byte(strconv.Itoa(i)), payload...)); rc != 0 {
+			t.Fatalf("publish %d with drop-oldest: %#x", i, rc)
+		}
+	}
+	dlq := dialRaw(t, b3.MQTTAddr(), "d", connectOpts{})
+	dlq.subscribe(1, nil, "$queue/bytes/$dlq")
+	for i := 0; i < 2; i++ {
+		d := dlq.next(5 * time.Second)
+		if d.Payload[0] != byte('0'+i) || userProp(d, "dlq-reason") != "overflow" {
+			t.Fatalf("dead letter %q reason %q, want message %d overflow", d.Payload[:1], userProp(d, "dlq-reason"), i)
+		}
+		dlq.puback(d, 0)
+	}
+	dlq.none(300 * time.Millisecond)
+}

@@ -51,7 +51,7 @@ func (q *Queue) Purge(ctx context.Context) (uint64, error) {
 		if to > p.first {
 			purged += to - p.first
 			b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: p.index, From: p.first, To: to})
-			p.first = to
+			q.bytes -= p.advance(to)
 		}
 		for off := p.ringLow; off < to; off++ {
 			p.ring[off%uint64(len(p.ring))] = nil
@@ -436,13 +436,16 @@ func (q *Queue) appendReplayLocked(msg *Message, target string, done func(error)
 	if q.closed {
 		return ErrClosed
 	}
-	if q.fullLocked() {
+	size := msg.Size()
+	if q.fullLocked(size) {
 		return ErrQueueFull
 	}
 	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
 	msg.EnqueuedAt = q.m.now()
 	msg.Offset = p.next
 	p.next++
+	p.add(size)
+	q.bytes += int64(size)
 	if _, ok := q.groups[target]; ok {
 		for name, g := range q.groups {
 			if name != target {

@@ -187,7 +187,13 @@ func (m *Manager) buildOne(name string, opts Options) (*Queue, error) {
 		if err != nil {
 			return nil, fmt.Errorf("queue: reading bounds of %s/%d: %w", name, i, err)
 		}
-		q.parts = append(q.parts, newPartition(i, si, m.committers[si], s, first, next, m.opts.RingSize))
+		part := newPartition(i, si, m.committers[si], s, first, next, m.opts.RingSize)
+		q.parts = append(q.parts, part)
+		if opts.MaxBytes > 0 {
+			if err := part.loadSizes(name); err != nil {
+				return nil, fmt.Errorf("queue: reading sizes of %s/%d: %w", name, i, err)
+			}
+		}
 		if states[i], err = s.Groups(name, i); err != nil {
 			return nil, fmt.Errorf("queue: reading groups of %s/%d: %w", name, i, err)
 		}
@@ -200,6 +206,9 @@ func (m *Manager) buildOne(name string, opts Options) (*Queue, error) {
 		}
 	}
 	q.dedup.sortOrder()
+	for _, p := range q.parts {
+		q.bytes += p.bytes
+	}
 	for i, gs := range states {
 		for _, st := range gs {
 			g := q.groups[st.Group]

@@ -19,9 +19,11 @@ type partition struct {
 	ring    []*Message
 	ringLow uint64
 
-	// depth counts stored messages not yet deleted; bytes their sizes as far
-	// as they are known (messages recovered from disk count from the first read).
-	depth int64
+	// sizes holds the size of each message in [first, next) (0 when not
+	// known: recovered from disk while the queue had no max_bytes); bytes
+	// is their sum.
+	sizes []uint32
+	bytes int64
 }
 
 func newPartition(index, shard int, c *committer, store Shard, first, next uint64, ringSize int) *partition {
@@ -29,7 +31,7 @@ func newPartition(index, shard int, c *committer, store Shard, first, next uint6
 		index: index, shard: shard, c: c, store: store,
 		first: first, next: next, committed: next,
 		ring: make([]*Message, ringSize), ringLow: next,
-		depth: int64(next - first),
+		sizes: make([]uint32, next-first),
 	}
 }
 
@@ -65,4 +67,51 @@ func (p *partition) trim(first uint64) {
 			p.ring[off%uint64(len(p.ring))] = nil
 		}
 	}
+}
+
+// add counts the size of the message appended at the next offset.
+func (p *partition) add(size int) {
+	p.sizes = append(p.sizes, uint32(size))
+	p.bytes += int64(size)
+}
+
+// advance makes first the partition's first retained offset: the sizes of
+// the messages below it leave the count and the ring lets go of them. It
+// returns how many bytes left.
+func (p *partition) advance(first uint64) int64 {
+	if first <= p.first {
+		return 0
+	}
+	n := min(first-p.first, uint64(len(p.sizes)))
+	var freed int64
+	for _, sz := range p.sizes[:n] {
+		freed += int64(sz)
+	}
+	p.sizes = p.sizes[n:]
+	p.bytes -= freed
+	p.first = first
+	p.trim(first)
+	return freed
+}
+
+// loadSizes reads the sizes of the partition's retained messages from
+// storage, for max_bytes. It reads every message once: a cost paid at start
+// only by queues with max_bytes set.
+func (p *partition) loadSizes(queue string) error {
+	for from := p.first; from < p.next; {
+		msgs, err := p.store.Read(queue, p.index, from, p.next, 4096)
+		if err != nil {
+			return err
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			sz := m.Size()
+			p.sizes[m.Offset-p.first] = uint32(sz)
+			p.bytes += int64(sz)
+		}
+		from = msgs[len(msgs)-1].Offset + 1
+	}
+	return nil
 }

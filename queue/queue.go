@@ -26,6 +26,7 @@ type Queue struct {
 	closed   bool
 	dedup    dedupIndex
 	evicting bool
+	bytes    int64 // sum of the partitions' bytes
 
 	stats Stats
 }
@@ -92,7 +93,8 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 			return
 		}
 	}
-	if q.fullLocked() {
+	size := msg.Size()
+	if q.fullLocked(size) {
 		q.mu.Unlock()
 		finish(done, ErrQueueFull)
 		return
@@ -105,6 +107,8 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 	}
 	msg.Offset = p.next
 	p.next++
+	p.add(size)
+	q.bytes += int64(size)
 	req := commitReq{
 		app:  Append{Queue: q.name, Partition: p.index, Message: msg},
 		sync: q.opts.Durability == DurabilityFsync,
@@ -137,11 +141,14 @@ func finish(done func(error), err error) {
 	}
 }
 
-// fullLocked reports whether a new publish must be refused: the queue holds
-// max_messages and its overflow policy is reject. With drop-oldest the
-// publish is taken and the oldest messages are evicted.
-func (q *Queue) fullLocked() bool {
-	if q.opts.MaxMessages <= 0 || q.depthLocked() < q.opts.MaxMessages {
+// fullLocked reports whether a new publish of size bytes must be refused:
+// the queue holds max_messages or would pass max_bytes, and its overflow
+// policy is reject. With drop-oldest the publish is taken and the oldest
+// messages are evicted.
+func (q *Queue) fullLocked(size int) bool {
+	byCount := q.opts.MaxMessages > 0 && q.depthLocked() >= q.opts.MaxMessages
+	byBytes := q.opts.MaxBytes > 0 && q.bytes+int64(size) > q.opts.MaxBytes
+	if !byCount && !byBytes {
 		return false
 	}
 	if q.opts.Overflow == OverflowDropOldest {
@@ -509,8 +516,7 @@ func (q *Queue) retainLocked(b *Batch) {
 		}
 		if low > p.first {
 			b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: i, From: p.first, To: low})
-			p.first = low
-			p.trim(low)
+			q.bytes -= p.advance(low)
 		}
 	}
 }

@@ -27,7 +27,8 @@ func (q *Queue) startEvictionLocked(now time.Time) {
 	}
 	byAge := q.opts.MaxAge > 0
 	byCount := q.opts.Overflow == OverflowDropOldest && q.opts.MaxMessages > 0 && q.depthLocked() > q.opts.MaxMessages
-	if !byAge && !byCount {
+	byBytes := q.opts.Overflow == OverflowDropOldest && q.opts.MaxBytes > 0 && q.bytes > q.opts.MaxBytes
+	if !byAge && !byCount && !byBytes {
 		return
 	}
 	q.evicting = true
@@ -93,11 +94,17 @@ func (q *Queue) evictHead(i int, now time.Time) (int, error) {
 	q.mu.Lock()
 	var due []*Message
 	var reasons []string
-	excess := int64(0)
+	excess, excessBytes := int64(0), int64(0)
 	if q.opts.Overflow == OverflowDropOldest && q.opts.MaxMessages > 0 {
 		// This partition's share of the excess, by its part of the depth.
 		if over := q.depthLocked() - q.opts.MaxMessages; over > 0 {
 			excess = (over*int64(p.next-p.first) + q.depthLocked() - 1) / q.depthLocked()
+		}
+	}
+	if q.opts.Overflow == OverflowDropOldest && q.opts.MaxBytes > 0 && q.bytes > 0 {
+		// Likewise for max_bytes, by its part of the bytes.
+		if over := q.bytes - q.opts.MaxBytes; over > 0 {
+			excessBytes = (over*p.bytes + q.bytes - 1) / q.bytes
 		}
 	}
 scan:
@@ -108,9 +115,10 @@ scan:
 		switch {
 		case q.opts.MaxAge > 0 && now.Sub(m.EnqueuedAt) >= q.opts.MaxAge:
 			reasons = append(reasons, ReasonExpired)
-		case excess > 0:
+		case excess > 0 || excessBytes > 0:
 			reasons = append(reasons, ReasonOverflow)
 			excess--
+			excessBytes -= int64(m.Size())
 		default:
 			break scan // the head is not due: nothing behind it is either
 		}
@@ -146,7 +154,7 @@ scan:
 	}
 	if len(q.groups) == 0 && last+1 > p.first {
 		b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: i, From: p.first, To: last + 1})
-		p.first = last + 1
+		q.bytes -= p.advance(last + 1)
 	}
 	q.flushStateLocked(b)
 	q.flushLocked(b)
