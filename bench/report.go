@@ -180,7 +180,7 @@ func Compare(ctx context.Context, a, b Config, opts CompareOptions) (*Comparison
 		}
 		c.Ratios = append(c.Ratios, ratio(c.A[round-1], c.B[round-1]))
 	}
-	c.RatioMedian = median(c.Ratios)
+	c.RatioMedian = Median(c.Ratios)
 	return c, nil
 }
 
@@ -192,8 +192,8 @@ func ratio(a, b *Result) *float64 {
 	return &r
 }
 
-// median of the non-nil values, or nil.
-func median(vs []*float64) *float64 {
+// Median is the median of the non-nil values, or nil when there are none.
+func Median(vs []*float64) *float64 {
 	var s []float64
 	for _, v := range vs {
 		if v != nil {

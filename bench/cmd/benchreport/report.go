@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -203,25 +202,6 @@ func (r *report) ratioIn(q ratio, round int) *float64 {
 	return &v
 }
 
-// median of the non-nil values, or nil.
-func median(vs []*float64) *float64 {
-	var s []float64
-	for _, v := range vs {
-		if v != nil {
-			s = append(s, *v)
-		}
-	}
-	if len(s) == 0 {
-		return nil
-	}
-	slices.Sort(s)
-	m := s[len(s)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return &m
-}
-
 // medianOf is the median of f over the valid rounds of x.
 func (r *report) medianOf(x *run, f func(*bench.Result) float64) *float64 {
 	var vs []*float64
@@ -231,7 +211,7 @@ func (r *report) medianOf(x *run, f func(*bench.Result) float64) *float64 {
 			vs = append(vs, &v)
 		}
 	}
-	return median(vs)
+	return bench.Median(vs)
 }
 
 // write renders the report as markdown.
@@ -467,7 +447,7 @@ func (r *report) ratioRow(q ratio) string {
 		per = append(per, v)
 		cells = append(cells, fixed(v, 2))
 	}
-	m := median(per)
+	m := bench.Median(per)
 	med := "-"
 	if m != nil {
 		med = "**" + fixed(m, 2) + "**"
@@ -484,7 +464,7 @@ func (r *report) goalText(q ratio) string {
 	for round := 1; round <= r.rounds; round++ {
 		per = append(per, r.ratioIn(q, round))
 	}
-	switch m := median(per); {
+	switch m := bench.Median(per); {
 	case m == nil:
 		return goal
 	case *m >= q.goal:
