@@ -1,7 +1,6 @@
 package badger
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -755,24 +753,7 @@ func TestMigrateChildProcess(t *testing.T) {
 // so even a dry run opens them read-write.
 func TestMigrateAfterCrash(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMigrateChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if kerr := cmd.Process.Kill(); kerr != nil {
-		t.Fatal(kerr)
-	}
-	_ = cmd.Wait() // killed: the error says so
-	if err != nil || strings.TrimSpace(line) != "written" {
-		t.Fatalf("child said %q, %v", line, err)
-	}
+	killAfterWritten(t, "TestMigrateChildProcess", crashDirEnv+"="+dir)
 
 	const keys = 1 + 4*200
 	dry := migrateOptions()

@@ -244,24 +244,7 @@ func TestHelperProcess(t *testing.T) {
 // only a power cut could show.
 func TestStoreDurableAfterKill(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), durableDirEnv+"="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if kerr := cmd.Process.Kill(); kerr != nil {
-		t.Fatal(kerr)
-	}
-	_ = cmd.Wait() // killed: the error says so
-	if err != nil || strings.TrimSpace(line) != "written" {
-		t.Fatalf("child said %q, %v", line, err)
-	}
+	killAfterWritten(t, "TestHelperProcess", durableDirEnv+"="+dir)
 
 	st := openTest(t, dir, testOptions(2))
 	defer st.Close()
@@ -318,5 +301,29 @@ func TestStoreValueLogGC(t *testing.T) {
 		if err != nil || len(msgs) != 56 || len(msgs[0].Payload) != len(big) {
 			t.Fatalf("shard %d after GC: %d messages, %v", i, len(msgs), err)
 		}
+	}
+}
+
+// killAfterWritten runs the test named test in a child process with env
+// set, waits for it to print "written", and kills it with SIGKILL.
+func killAfterWritten(t *testing.T, test, env string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if kerr := cmd.Process.Kill(); kerr != nil {
+		t.Fatal(kerr)
+	}
+	_ = cmd.Wait() // killed: the error says so
+	if err != nil || strings.TrimSpace(line) != "written" {
+		t.Fatalf("child said %q, %v", line, err)
 	}
 }
