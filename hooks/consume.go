@@ -282,7 +282,11 @@ func (c *conn) prepare(w *wire, dl delivery) (qos0 *queue.Lease) {
 	topic, moved := s.filter.DeliveryTopic(m.Subject)
 	h := publishHeader{v5: c.v5, qos: s.qos, dup: d.Count > 1, topic: topic}
 	if c.v5 {
-		w.props = appendDeliveryProps(w.props[:0], d, moved, time.Now())
+		var now time.Time
+		if !m.ExpiresAt.IsZero() {
+			now = time.Now()
+		}
+		w.props = appendDeliveryProps(w.props[:0], d, moved, now)
 		h.props = w.props
 	}
 	if s.qos > 0 {
