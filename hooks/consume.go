@@ -290,16 +290,15 @@ func (c *conn) prepare(w *wire, dl delivery) (qos0 *queue.Lease) {
 		h.props = w.props
 	}
 	if s.qos > 0 {
+		id, ok := c.reservePacketID()
+		if !ok {
+			c.h.log.Warn("no free packet ID; delivery returned", "client", c.cl.ID, "queue", d.Queue)
+			_ = d.Lease.Settle(queue.Nack)
+			return nil
+		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return nil
-		}
-		id, ok := c.nextPacketIDLocked()
-		if !ok {
-			c.mu.Unlock()
-			c.h.log.Warn("no free packet ID; delivery returned", "client", c.cl.ID, "queue", d.Queue)
-			_ = d.Lease.Settle(queue.Nack)
 			return nil
 		}
 		h.id = id
@@ -329,15 +328,21 @@ func (c *conn) prepare(w *wire, dl delivery) (qos0 *queue.Lease) {
 	return nil
 }
 
-// nextPacketIDLocked picks a packet ID free both in mochi's table and in
-// the conn's leases (a client's own publish can clear mochi's entry).
-func (c *conn) nextPacketIDLocked() (uint16, bool) {
+// reservePacketID picks a packet ID free both in mochi's table and in the
+// conn's leases (a client's own publish can clear mochi's entry). mochi's
+// NextPacketID takes the client's lock, which mochi holds while it writes
+// to the socket: it is called without the conn's lock, so that a client
+// that does not read never holds up a queue delivering to it.
+func (c *conn) reservePacketID() (uint16, bool) {
 	for i := 0; i < 65536; i++ {
 		id, err := c.cl.NextPacketID()
 		if err != nil {
 			return 0, false
 		}
-		if _, used := c.leases[uint16(id)]; !used {
+		c.mu.Lock()
+		_, used := c.leases[uint16(id)]
+		c.mu.Unlock()
+		if !used {
 			return uint16(id), true
 		}
 	}

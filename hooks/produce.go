@@ -40,7 +40,15 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	}
 	switch pk.FixedHeader.Qos {
 	case 0:
-		h.m.Publish(h.ctx, t.Queue, msg, nil)
+		// No PUBACK, but the same window: a QoS 0 producer faster than the
+		// commits is not read until they catch up.
+		c := h.connFor(cl)
+		select {
+		case c.window <- struct{}{}:
+		case <-c.done:
+			return pk, packets.ErrRejectPacket
+		}
+		h.m.Publish(h.ctx, t.Queue, msg, func(error) { <-c.window })
 	case 1:
 		c := h.connFor(cl)
 		select {

@@ -605,7 +605,7 @@ func (m *Manager) persistDeclared(ctx context.Context, name string, o Options, w
 // settings o, as Manager.build gives them: its parent's, but a full
 // dead-letter queue drops its oldest rather than refusing a dead letter.
 func dlqOptions(o Options) Options {
-	if o.MaxMessages > 0 {
+	if o.MaxMessages > 0 || o.MaxBytes > 0 {
 		o.Overflow = OverflowDropOldest
 	}
 	return o
@@ -622,7 +622,13 @@ func (q *Queue) setOptions(o Options) {
 			for _, cur := range g.cursors {
 				for _, ks := range cur.keys {
 					for _, m := range ks.waiting {
-						heap.Push(&cur.ready, &pending{m: m, cur: cur, deliveries: cur.counts[m.Offset]})
+						pd := &pending{m: m, cur: cur, deliveries: cur.counts[m.Offset]}
+						if !m.NotBefore.IsZero() && m.NotBefore.After(q.m.now()) {
+							pd.at = m.NotBefore
+							heap.Push(&g.retries, pd)
+							continue
+						}
+						heap.Push(&cur.ready, pd)
 					}
 				}
 				clear(cur.keys)

@@ -491,7 +491,13 @@ func (c *cursor) unblockLocked(m *Message) {
 	ks.waiting[0] = nil
 	ks.waiting = ks.waiting[1:]
 	c.parked--
-	heap.Push(&c.ready, &pending{m: next, cur: c, deliveries: c.counts[next.Offset]})
+	pd := &pending{m: next, cur: c, deliveries: c.counts[next.Offset]}
+	if !next.NotBefore.IsZero() && next.NotBefore.After(c.g.q.m.now()) {
+		pd.at = next.NotBefore // delayed: it takes the key but waits for its time
+		heap.Push(&c.g.retries, pd)
+		return
+	}
+	heap.Push(&c.ready, pd)
 }
 
 // readyHeap orders pending messages by offset.

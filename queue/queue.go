@@ -146,9 +146,20 @@ func finish(done func(error), err error) {
 // policy is reject. With drop-oldest the publish is taken and the oldest
 // messages are evicted.
 func (q *Queue) fullLocked(size int) bool {
-	byCount := q.opts.MaxMessages > 0 && q.depthLocked() >= q.opts.MaxMessages
-	byBytes := q.opts.MaxBytes > 0 && q.bytes+int64(size) > q.opts.MaxBytes
-	if !byCount && !byBytes {
+	full := func() bool {
+		return q.opts.MaxMessages > 0 && q.depthLocked() >= q.opts.MaxMessages ||
+			q.opts.MaxBytes > 0 && q.bytes+int64(size) > q.opts.MaxBytes
+	}
+	if !full() {
+		return false
+	}
+	// Retention runs on a timer: delete what every group has settled since,
+	// so that acked messages do not count against the limits.
+	b := new(Batch)
+	q.flushStateLocked(b)
+	q.retainLocked(b)
+	q.flushLocked(b)
+	if !full() {
 		return false
 	}
 	if q.opts.Overflow == OverflowDropOldest {
@@ -344,21 +355,27 @@ func (q *Queue) deadLetterLocked(cur *cursor, m *Message, deliveries uint32, rea
 		},
 	}
 	dm.Headers.ExpiryInterval = 0
-	q.dlq.Publish(dm, func(err error) {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		if err != nil {
-			q.m.log.Error("dead-lettering failed; message stays in the queue", "queue", q.name, "group", cur.g.name,
-				"msg_id", MessageID(cur.p.index, m.Offset), "err", err)
-			heap.Push(&cur.ready, &pending{m: m, cur: cur, deliveries: deliveries})
-		} else {
-			q.stats.DeadLettered.Add(1)
-			b := new(Batch)
-			cur.doneLocked(m, b)
-			q.flushLocked(b)
-		}
-		q.dispatchLocked(q.m.now())
-	})
+	// The outcome is handled on its own goroutine: Publish may fail at once
+	// (dead-letter queue closed or full), and this runs with q.mu held.
+	q.dlq.Publish(dm, func(err error) { go q.deadLettered(cur, m, deliveries, err) })
+}
+
+// deadLettered settles m once its dead-letter copy is stored, or puts it
+// back for delivery when storing failed.
+func (q *Queue) deadLettered(cur *cursor, m *Message, deliveries uint32, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err != nil {
+		q.m.log.Error("dead-lettering failed; message stays in the queue", "queue", q.name, "group", cur.g.name,
+			"msg_id", MessageID(cur.p.index, m.Offset), "err", err)
+		heap.Push(&cur.ready, &pending{m: m, cur: cur, deliveries: deliveries})
+	} else {
+		q.stats.DeadLettered.Add(1)
+		b := new(Batch)
+		cur.doneLocked(m, b)
+		q.flushLocked(b)
+	}
+	q.dispatchLocked(q.m.now())
 }
 
 // flushLocked submits the state writes in b to the committers of the

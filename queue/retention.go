@@ -112,6 +112,9 @@ scan:
 		if m.Offset < p.first || q.leasedLocked(i, m.Offset) {
 			break
 		}
+		if q.settledByAllLocked(i, m.Offset) {
+			continue // waits for retention to delete it; not to be evicted again
+		}
 		switch {
 		case q.opts.MaxAge > 0 && now.Sub(m.EnqueuedAt) >= q.opts.MaxAge:
 			reasons = append(reasons, ReasonExpired)
@@ -157,12 +160,27 @@ scan:
 		q.bytes -= p.advance(last + 1)
 	}
 	q.flushStateLocked(b)
+	q.retainLocked(b) // what every group has now settled goes at once
 	q.flushLocked(b)
 	q.dispatchLocked(q.m.now())
 	if len(due) < looked {
 		return 0, nil
 	}
 	return looked, nil
+}
+
+// settledByAllLocked reports whether every group has settled offset off of
+// partition i (false for a queue without groups).
+func (q *Queue) settledByAllLocked(i int, off uint64) bool {
+	if len(q.groups) == 0 {
+		return false
+	}
+	for _, g := range q.groups {
+		if !g.cursors[i].isSettled(off) {
+			return false
+		}
+	}
+	return true
 }
 
 // leasedLocked reports whether a consumer of any group holds offset off of

@@ -73,7 +73,8 @@ func TopicName(queue, subject string) string {
 }
 
 // ParseTopic parses a publish topic. It accepts $queue/{q},
-// $queue/{q}/{subject...}, $queue/{q}/$dlq and $queue/{q}/{verb}, where
+// $queue/{q}/{subject...}, $queue/{q}/$dlq, $queue/{q}/{verb} and
+// $queue/{q}/$dlq/{verb} (settling a dead letter), where
 // {q} is a valid queue name, no subject level starts with '$', and no level
 // holds a wildcard. Anything else is ErrInvalidTopic.
 func ParseTopic(topic string) (Topic, error) {
@@ -91,6 +92,8 @@ func ParseTopic(topic string) (Topic, error) {
 	switch subject {
 	case dlqLevel:
 		return Topic{Queue: DLQName(name)}, nil
+	case dlqLevel + "/" + VerbAck, dlqLevel + "/" + VerbNack, dlqLevel + "/" + VerbReject, dlqLevel + "/" + VerbExtend:
+		return Topic{Queue: DLQName(name), Verb: subject[len(dlqLevel)+1:]}, nil
 	case VerbAck, VerbNack, VerbReject, VerbExtend:
 		return Topic{Queue: name, Verb: subject}, nil
 	case "":
