@@ -447,3 +447,30 @@ func TestMQTTConnectAndSubscribePolicy(t *testing.T) {
 		t.Fatalf("SUBACK %v, want [0x80 0x02]", rc)
 	}
 }
+
+// TestQueueReceiveMaximumIsPerConnection checks that Receive Maximum bounds
+// the deliveries of all a client's queue subscriptions together.
+func TestQueueReceiveMaximumIsPerConnection(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	for i := 0; i < 10; i++ {
+		prod.publish("$queue/left", []byte("l"+strconv.Itoa(i)), "key", strconv.Itoa(i))
+		prod.publish("$queue/right", []byte("r"+strconv.Itoa(i)), "key", strconv.Itoa(i))
+	}
+	cons := dialRaw(t, b.MQTTAddr(), "both", connectOpts{receiveMax: 4})
+	cons.subscribe(1, nil, "$queue/left", "$queue/right")
+	var held []*packets.Publish
+	for i := 0; i < 4; i++ {
+		held = append(held, cons.next(5*time.Second))
+	}
+	cons.none(300 * time.Millisecond) // a fifth would exceed Receive Maximum 4
+	for got := 4; got < 20; got++ {
+		cons.puback(held[0], 0)
+		held = append(held[1:], cons.next(5*time.Second))
+		select {
+		case p := <-cons.msgs:
+			t.Fatalf("more than 4 unacknowledged deliveries: extra %q", p.Payload)
+		default:
+		}
+	}
+}

@@ -16,6 +16,9 @@ type conn struct {
 	cl *mqtt.Client
 	v5 bool
 
+	// credit is the MQTT 5 client's Receive Maximum, shared by all its
+	// queue subscriptions; nil for MQTT 3.1.1.
+	credit *queue.Credit
 	// window bounds the producer's publishes not yet acknowledged
 	// (backpressure); done is closed when the conn ends.
 	window chan struct{}
@@ -58,7 +61,16 @@ type delivery struct {
 }
 
 func newConn(h *Hook, cl *mqtt.Client) *conn {
+	var credit *queue.Credit
+	if cl.Properties.ProtocolVersion == 5 {
+		rm := int(cl.Properties.Props.ReceiveMaximum)
+		if rm == 0 {
+			rm = 65535 // MQTT 5: absent means 65535
+		}
+		credit = queue.NewCredit(rm)
+	}
 	return &conn{
+		credit:      credit,
 		h:           h,
 		cl:          cl,
 		v5:          cl.Properties.ProtocolVersion == 5,

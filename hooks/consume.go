@@ -224,6 +224,7 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 		o.Prefetch = rm
 	}
 	c := h.connFor(cl)
+	o.Credit = c.credit
 	s := &subscription{c: c, raw: sub.Filter, filter: o.filter, qos: min(sub.Qos, 1)}
 	c.mu.Lock()
 	old := c.subs[sub.Filter]

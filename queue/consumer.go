@@ -1,6 +1,9 @@
 package queue
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Receiver is a consumer's connection as the queue sees it.
 type Receiver interface {
@@ -35,6 +38,35 @@ type ConsumerOptions struct {
 	// Partitions, when set, are the only partitions this consumer takes;
 	// the group's other consumers share the rest.
 	Partitions []int
+	// Credit, when set, is shared by every consumer of one connection: a
+	// delivery takes one and its PUBACK (or the end of the connection)
+	// gives it back, whatever queue it came from. It carries MQTT 5
+	// Receive Maximum, a limit of the connection, not of a subscription.
+	Credit *Credit
+}
+
+// Credit is a count of deliveries a connection may still be sent.
+type Credit struct{ n atomic.Int64 }
+
+// NewCredit returns a credit of n.
+func NewCredit(n int) *Credit {
+	c := new(Credit)
+	c.n.Store(int64(n))
+	return c
+}
+
+func (c *Credit) available() bool { return c == nil || c.n.Load() > 0 }
+
+func (c *Credit) take() {
+	if c != nil {
+		c.n.Add(-1)
+	}
+}
+
+func (c *Credit) give() {
+	if c != nil {
+		c.n.Add(1)
+	}
 }
 
 // Consumer is one subscription of a group. Its methods are safe for
@@ -49,6 +81,7 @@ type Consumer struct {
 	closed     bool
 	explicit   bool
 	partitions []int // claimed by name; empty: any the group gives it
+	shared     *Credit
 }
 
 // Close leaves the group: every message the consumer holds goes back to the
@@ -64,7 +97,12 @@ func (c *Consumer) Close() {
 	now := q.m.now()
 	b := new(Batch)
 	for l := range c.leases {
-		l.slot = false
+		// A delivery not yet PUBACKed still counts against the connection's
+		// shared credit: the slot stays until the PUBACK comes (or the
+		// connection, and its credit, are gone).
+		if l.slot && c.shared == nil {
+			l.slot = false
+		}
 		if l.active {
 			q.releaseLocked(l, b, now)
 		}

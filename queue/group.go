@@ -252,7 +252,7 @@ func (g *group) nextConsumer(dry map[*Consumer]bool) *Consumer {
 	n := len(g.consumers)
 	for i := 0; i < n; i++ {
 		c := g.consumers[(g.rr+i)%n]
-		if c.credit > 0 && !dry[c] {
+		if c.credit > 0 && c.shared.available() && !dry[c] {
 			g.rr = (g.rr + i + 1) % n
 			return c
 		}
@@ -281,6 +281,7 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, 
 	l := &Lease{cur: cur, consumer: c, m: m, deliveries: prior + 1,
 		deadline: now.Add(q.opts.AckTimeout), active: true, slot: true, explicit: c.explicit}
 	c.credit--
+	c.shared.take()
 	c.leases[l] = struct{}{}
 	cur.leased++
 	cur.out[m.Offset] = struct{}{}

@@ -207,7 +207,7 @@ func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consume
 		}
 	}
 	c := &Consumer{q: q, g: g, r: r, credit: prefetch, leases: map[*Lease]struct{}{},
-		explicit: o.Explicit, partitions: slices.Clone(o.Partitions)}
+		explicit: o.Explicit, partitions: slices.Clone(o.Partitions), shared: o.Credit}
 	g.addConsumer(c)
 	q.dispatchLocked(q.m.now())
 	return c, nil
@@ -292,6 +292,7 @@ func (q *Queue) freeSlotLocked(l *Lease) {
 	if !l.consumer.closed {
 		l.consumer.credit++
 	}
+	l.consumer.shared.give()
 }
 
 // releaseLocked ends an active lease without a settlement (lost lease or
