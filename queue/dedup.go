@@ -20,6 +20,7 @@ type dedupEntry struct {
 	// done: the original is stored; until then duplicates wait in waiters
 	// and get the original's outcome.
 	done    bool
+	failed  bool // the original was not stored: there is no record to delete
 	waiters []func(error)
 }
 
@@ -47,8 +48,11 @@ func (d *dedupIndex) add(id string, partition int, at time.Time) *dedupEntry {
 // waiting for it. A failed original is forgotten: a retry is a new publish.
 func (d *dedupIndex) complete(id string, e *dedupEntry, err error) []func(error) {
 	e.done = true
-	if err != nil && d.byID[id] == e {
-		delete(d.byID, id)
+	if err != nil {
+		e.failed = true
+		if d.byID[id] == e {
+			delete(d.byID, id)
+		}
 	}
 	w := e.waiters
 	e.waiters = nil
@@ -66,8 +70,8 @@ func (d *dedupIndex) sortOrder() {
 	slicesSortByTime(d.order)
 }
 
-// expire removes the stored entries older than the window and returns them,
-// so that their records are deleted too.
+// expire removes the entries older than the window and returns those whose
+// original was stored, so that their records are deleted too.
 func (d *dedupIndex) expire(now time.Time, window time.Duration) []*dedupEntry {
 	n := 0
 	for n < len(d.order) && d.order[n].done && now.Sub(d.order[n].at) >= window {
@@ -76,10 +80,13 @@ func (d *dedupIndex) expire(now time.Time, window time.Duration) []*dedupEntry {
 	if n == 0 {
 		return nil
 	}
-	gone := append([]*dedupEntry(nil), d.order[:n]...)
-	for _, e := range gone {
+	var gone []*dedupEntry
+	for _, e := range d.order[:n] {
 		if d.byID[e.id] == e {
 			delete(d.byID, e.id)
+		}
+		if !e.failed {
+			gone = append(gone, e)
 		}
 	}
 	clear(d.order[:n])
