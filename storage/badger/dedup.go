@@ -59,21 +59,11 @@ func (s *Shard) Dedups(q string, partition int) (map[string]time.Time, error) {
 	out := map[string]time.Time{}
 	err = s.db.View(func(txn *bdg.Txn) error {
 		prefix := partitionPrefix(kindDedup, q, p)
-		it := txn.NewIterator(bdg.IteratorOptions{Prefix: prefix, PrefetchValues: false})
-		defer it.Close()
-		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			item := it.Item()
-			v, err := item.ValueCopy(nil)
-			if err != nil {
-				return err
-			}
+		return scan(txn, prefix, true, func(k, v []byte) error {
 			ms, err := getU64(v)
-			if err != nil {
-				return err
-			}
-			out[string(item.Key()[len(prefix):])] = time.UnixMilli(int64(ms)).UTC()
-		}
-		return nil
+			out[string(k[len(prefix):])] = time.UnixMilli(int64(ms)).UTC()
+			return err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("storage: shard %d: dedup-ids of %s/%d: %w", s.id, q, p, err)
