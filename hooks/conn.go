@@ -42,9 +42,9 @@ type conn struct {
 	// unsubbed lists, by UNSUBSCRIBE packet ID, the positions of the queue
 	// filters it removed (see OnPacketEncode).
 	unsubbed map[uint16][]int
-	// pendingSubs are queue subscriptions waiting for their SUBACK to be
-	// written, by SUBSCRIBE packet ID.
-	pendingSubs map[uint16]pendingSub
+	// pendingSubs are queue subscriptions whose deliveries wait for their
+	// SUBACK to be written, by SUBSCRIBE packet ID.
+	pendingSubs map[uint16][]*subscription
 	// writing is true while the writer goroutine runs.
 	writing bool
 }
@@ -80,7 +80,7 @@ func newConn(h *Hook, cl *mqtt.Client) *conn {
 		leases:      map[uint16]*queue.Lease{},
 		explicit:    map[string]*queue.Lease{},
 		unsubbed:    map[uint16][]int{},
-		pendingSubs: map[uint16]pendingSub{},
+		pendingSubs: map[uint16][]*subscription{},
 		subs:        map[string]*subscription{},
 	}
 }

@@ -25,6 +25,10 @@ type subscription struct {
 	filter   queue.Filter
 	qos      byte
 	consumer *queue.Consumer
+	// held keeps deliveries until the SUBACK is written (see OnSubscribed);
+	// started says it was. Both guarded by the conn's lock.
+	held    []delivery
+	started bool
 }
 
 // close leaves the group. The consumer is set under the conn's lock once
@@ -136,35 +140,31 @@ func parsePartitions(s string, n int) ([]int, error) {
 	return out, nil
 }
 
-// OnSubscribed notes the accepted queue filters; their consumers join
-// their groups once the SUBACK is written (OnPacketSent), so that no
-// delivery reaches the client before it knows its subscription: some
-// clients drop a message for a subscription they have not seen acknowledged.
+// OnSubscribed joins the consumer groups of the accepted queue filters at
+// once (a partitions claim holds from the SUBACK on), but their deliveries
+// are held until the SUBACK is written (OnPacketSent): some clients drop a
+// message for a subscription they have not seen acknowledged.
 func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
-	var accepted []packets.Subscription
+	var started []*subscription
 	for i, sub := range pk.Filters {
 		if i < len(reasonCodes) && reasonCodes[i] < packets.ErrUnspecifiedError.Code && queue.IsQueueTopic(sub.Filter) {
 			h.saveProps(cl.ID, sub.Filter, pk.Properties.User)
 			h.unindex(cl, sub.Filter)
-			accepted = append(accepted, sub)
+			if s := h.subscribe(cl, sub, pk.Properties.User, false); s != nil {
+				started = append(started, s)
+			}
 		}
 	}
-	if len(accepted) == 0 {
+	if len(started) == 0 {
 		return
 	}
 	c := h.connFor(cl)
 	c.mu.Lock()
-	c.pendingSubs[pk.PacketID] = pendingSub{subs: accepted, props: pk.Properties.User}
+	c.pendingSubs[pk.PacketID] = started
 	c.mu.Unlock()
 }
 
-// pendingSub is a SUBSCRIBE whose queue consumers start after its SUBACK.
-type pendingSub struct {
-	subs  []packets.Subscription
-	props []packets.UserProperty
-}
-
-// OnPacketSent starts the consumers of a SUBSCRIBE once its SUBACK is out.
+// OnPacketSent releases the deliveries of a SUBSCRIBE once its SUBACK is out.
 func (h *Hook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, b []byte) {
 	if pk.FixedHeader.Type != packets.Suback {
 		return
@@ -174,15 +174,25 @@ func (h *Hook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, b []byte) {
 		return
 	}
 	c.mu.Lock()
-	p, ok := c.pendingSubs[pk.PacketID]
+	defer c.mu.Unlock()
+	subs := c.pendingSubs[pk.PacketID]
 	delete(c.pendingSubs, pk.PacketID)
-	c.mu.Unlock()
-	if !ok {
+	for _, s := range subs {
+		s.startLocked()
+	}
+}
+
+// startLocked lets the subscription's deliveries go out. The conn's lock
+// must be held.
+func (s *subscription) startLocked() {
+	s.started = true
+	if s.c.closed || len(s.held) == 0 {
+		s.held = nil
 		return
 	}
-	for _, sub := range p.subs {
-		h.subscribe(cl, sub, p.props)
-	}
+	s.c.out = append(s.c.out, s.held...)
+	s.held = nil
+	s.c.signalLocked()
 }
 
 // OnUnsubscribed leaves the groups of the removed queue filters.
@@ -206,32 +216,35 @@ func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	}
 }
 
-func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []packets.UserProperty) {
+// subscribe registers a queue subscription; its deliveries go out at once
+// when start is set, else once it is started. It returns the subscription,
+// or nil when it could not be made.
+func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []packets.UserProperty, start bool) *subscription {
 	f, err := queue.ParseFilter(sub.Filter)
 	if err != nil {
-		return
+		return nil
 	}
 	q, err := h.m.Open(h.ctx, f.Queue)
 	if err != nil {
 		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
-		return
+		return nil
 	}
 	o, err := subscriptionOptions(f, sub, props, q.Options().Partitions)
 	if err != nil {
-		return
+		return nil
 	}
 	if rm := int(cl.Properties.Props.ReceiveMaximum); cl.Properties.ProtocolVersion == 5 && rm > 0 && (o.Prefetch == 0 || rm < o.Prefetch) {
 		o.Prefetch = rm
 	}
 	c := h.connFor(cl)
 	o.Credit = c.credit
-	s := &subscription{c: c, raw: sub.Filter, filter: o.filter, qos: min(sub.Qos, 1)}
+	s := &subscription{c: c, raw: sub.Filter, filter: o.filter, qos: min(sub.Qos, 1), started: start}
 	c.mu.Lock()
 	old := c.subs[sub.Filter]
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
-		return
+		return nil
 	}
 	if old != nil {
 		old.close()
@@ -242,16 +255,17 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 	cons, err := q.Subscribe(o.filter.Group, s, o.ConsumerOptions)
 	if err != nil {
 		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
-		return
+		return nil
 	}
 	c.mu.Lock()
 	s.consumer = cons
 	if c.closed || c.subs[sub.Filter] != s {
 		c.mu.Unlock()
 		cons.Close()
-		return
+		return nil
 	}
 	c.mu.Unlock()
+	return s
 }
 
 // Deliver implements queue.Receiver: the delivery is queued for the conn's
@@ -259,7 +273,11 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 func (s *subscription) Deliver(d queue.Delivery) {
 	c := s.c
 	c.mu.Lock()
-	if !c.closed {
+	switch {
+	case c.closed:
+	case !s.started:
+		s.held = append(s.held, delivery{d: d, sub: s})
+	default:
 		c.out = append(c.out, delivery{d: d, sub: s})
 		c.signalLocked()
 	}

@@ -165,7 +165,7 @@ func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 func (h *Hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	for filter, sub := range cl.State.Subscriptions.GetAll() {
 		if queue.IsQueueTopic(filter) {
-			h.subscribe(cl, sub, h.savedProps(cl.ID, filter))
+			h.subscribe(cl, sub, h.savedProps(cl.ID, filter), true)
 			h.unindex(cl, filter)
 		}
 	}
