@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -42,6 +43,9 @@ type cliOptions struct {
 	vsPID  int
 	rounds int
 	json   bool
+	// cpuProfile, when set, is where the load generator writes its own CPU
+	// profile: the client side of a run costs CPU on the same machine.
+	cpuProfile string
 }
 
 // Main runs the command line `bench SCENARIO --broker HOST:PORT [flags]`
@@ -64,6 +68,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if !opts.json && isTerminal(stdout) {
 		opts.cfg.Progress = progressLine(stdout)
+	}
+	if opts.cpuProfile != "" {
+		f, err := os.Create(opts.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "bench: cpu profile:", err)
+			return ExitUsage
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	if opts.vs == "" {
 		return runRounds(ctx, opts, stdout, stderr)
@@ -187,6 +205,7 @@ func parseArgs(args []string, stderr io.Writer) (cliOptions, error) {
 	fs.IntVar(&opts.vsPID, "vs-pid", 0, "`PID` of the --vs broker")
 	fs.DurationVar(&cfg.AckInterval, "ack-interval", cfg.AckInterval, "how often consumers flush PUBACKs")
 	receiveMax := fs.Uint("receive-max", 0, "consumers' Receive Maximum (0: not sent)")
+	fs.StringVar(&opts.cpuProfile, "cpuprofile", "", "write the load generator's CPU profile to `FILE`")
 	fs.StringVar(&cfg.RunID, "run-id", "", "topic and client id suffix (default random per run)")
 
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
