@@ -39,9 +39,10 @@ var (
 func (q *Queue) Purge(ctx context.Context) (uint64, error) {
 	q.m.admin.Lock()
 	defer q.m.admin.Unlock()
-	q.mu.Lock()
+	var k kicks
+	q.lockAll()
 	if q.closed {
-		q.mu.Unlock()
+		q.unlockAll()
 		return 0, ErrClosed
 	}
 	b := new(Batch)
@@ -51,22 +52,20 @@ func (q *Queue) Purge(ctx context.Context) (uint64, error) {
 		if to > p.first {
 			purged += to - p.first
 			b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: p.index, From: p.first, To: to})
-			q.bytes -= p.advance(to)
+			p.advance(to)
 		}
-		for off := p.ringLow; off < to; off++ {
-			p.ring[off%uint64(len(p.ring))] = nil
-		}
-		p.ringLow = max(p.ringLow, to)
+		p.ring.trim(to)
 	}
 	for _, g := range q.groups {
-		g.retries = nil
 		for _, cur := range g.cursors {
-			cur.purgeLocked(b)
+			cur.retries = nil
+			cur.purgeLocked(b, &k)
 		}
 	}
 	wait := q.commitLocked(b)
-	q.dispatchLocked(q.m.now())
-	q.mu.Unlock()
+	q.dispatchAllLocked(q.m.now())
+	q.unlockAll()
+	k.run()
 	if err := wait(ctx); err != nil {
 		return 0, err
 	}
@@ -76,15 +75,11 @@ func (q *Queue) Purge(ctx context.Context) (uint64, error) {
 
 // purgeLocked moves the cursor past every message of its partition below
 // the committed offset (the partition's first offset, after a purge).
-func (c *cursor) purgeLocked(b *Batch) {
+func (c *cursor) purgeLocked(b *Batch, k *kicks) {
 	to := c.p.first
 	q, g, p := c.g.q.name, c.g.name, c.p.index
-	for _, cons := range c.g.consumers {
-		for l := range cons.leases {
-			if l.active && l.cur == c {
-				c.g.q.revokeLocked(l)
-			}
-		}
+	for _, l := range c.p.leasesWhere(func(l *Lease) bool { return l.cur == c }) {
+		c.p.revokeLocked(l, k)
 	}
 	// Marks on disk below the new floor go; marks not yet written are
 	// forgotten. Settlements above it (a replay's) stay.
@@ -140,18 +135,18 @@ func (c *cursor) purgeLocked(b *Batch) {
 func (q *Queue) DeleteGroup(ctx context.Context, name string) error {
 	q.m.admin.Lock()
 	defer q.m.admin.Unlock()
-	q.mu.Lock()
+	q.lockAll()
 	if q.closed {
-		q.mu.Unlock()
+		q.unlockAll()
 		return ErrClosed
 	}
 	g := q.groups[name]
 	if g == nil {
-		q.mu.Unlock()
+		q.unlockAll()
 		return fmt.Errorf("%w: %q in queue %s", ErrNoSuchGroup, name, q.name)
 	}
 	if n := len(g.consumers); n > 0 {
-		q.mu.Unlock()
+		q.unlockAll()
 		return fmt.Errorf("%w: group %s of queue %s has %d", ErrGroupActive, name, q.name, n)
 	}
 	delete(q.groups, name)
@@ -160,7 +155,7 @@ func (q *Queue) DeleteGroup(ctx context.Context, name string) error {
 		b.DropGroups = append(b.DropGroups, GroupRef{Queue: q.name, Group: name, Partition: cur.p.index})
 	}
 	wait := q.commitLocked(b)
-	q.mu.Unlock()
+	q.unlockAll()
 	if err := wait(ctx); err != nil {
 		return err
 	}
@@ -248,9 +243,9 @@ func (q *Queue) replayAll(ctx context.Context) ([]Replayed, error) {
 	dlq := q.dlq
 	var done []Replayed
 	for pi, p := range dlq.parts {
-		dlq.mu.Lock()
+		p.mu.Lock()
 		from, to := p.first, p.committed
-		dlq.mu.Unlock()
+		p.mu.Unlock()
 		for from < to {
 			if err := ctx.Err(); err != nil {
 				return done, err
@@ -263,9 +258,9 @@ func (q *Queue) replayAll(ctx context.Context) ([]Replayed, error) {
 				break
 			}
 			from = msgs[len(msgs)-1].Offset + 1
-			dlq.mu.Lock()
+			p.mu.Lock()
 			msgs = slices.DeleteFunc(msgs, func(m *Message) bool { return !dlq.pendingLocked(pi, m.Offset) })
-			dlq.mu.Unlock()
+			p.mu.Unlock()
 			items := make([]deadLetter, len(msgs))
 			for i, m := range msgs {
 				items[i] = deadLetter{pi, m}
@@ -288,7 +283,7 @@ type deadLetter struct {
 
 // pendingLocked reports whether the dead-letter queue holds the message at
 // off of partition pi unsettled by at least one group (any message it
-// holds, when it has no group).
+// holds, when it has no group). Partition pi's lock must be held.
 func (q *Queue) pendingLocked(pi int, off uint64) bool {
 	p := q.parts[pi]
 	if off < p.first || off >= p.committed {
@@ -329,17 +324,17 @@ func (q *Queue) pendingByID(ids []string) ([]deadLetter, error) {
 		refs = append(refs, r)
 	}
 	out := make([]deadLetter, len(refs))
-	q.mu.Lock()
+	q.lockAll()
 	for i, r := range refs {
 		if r.p >= len(q.parts) || !q.pendingLocked(r.p, r.off) {
-			q.mu.Unlock()
+			q.unlockAll()
 			return nil, fmt.Errorf("%w: %s is not in %s", ErrUnknownMessage, r.id, q.name)
 		}
 		if m, _ := q.parts[r.p].cached(r.off); m != nil {
 			out[i] = deadLetter{r.p, m}
 		}
 	}
-	q.mu.Unlock()
+	q.unlockAll()
 	for i, r := range refs {
 		if out[i].m != nil {
 			continue
@@ -365,7 +360,7 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 	var wg sync.WaitGroup
 	errs := make([]error, len(dls))
 	news := make([]*Message, len(dls))
-	q.mu.Lock()
+	q.lockAll()
 	var stop error
 	for i, dl := range dls {
 		msg, target := replayMessage(dl.m)
@@ -376,13 +371,14 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 		}
 		news[i] = msg
 	}
-	q.mu.Unlock()
+	q.unlockAll()
 	wg.Wait() // every append completes: the committers never drop a request
 
 	dlq := q.dlq
 	var done []Replayed
 	var err error
-	dlq.mu.Lock()
+	var k kicks
+	dlq.lockAll()
 	if len(dlq.groups) == 0 {
 		dlq.groupLocked(DefaultGroup)
 	}
@@ -395,7 +391,7 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 			continue
 		}
 		for _, g := range dlq.groups {
-			g.cursors[dl.partition].settleAdminLocked(dl.m, b)
+			g.cursors[dl.partition].settleAdminLocked(dl.m, b, &k)
 		}
 		done = append(done, Replayed{DLQID: MessageID(dl.partition, dl.m.Offset), ID: MessageID(PartitionFor(news[i].Key, len(q.parts)), news[i].Offset)})
 	}
@@ -405,8 +401,9 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 		}
 	}
 	wait := dlq.commitLocked(b)
-	dlq.dispatchLocked(dlq.m.now())
-	dlq.mu.Unlock()
+	dlq.dispatchAllLocked(dlq.m.now())
+	dlq.unlockAll()
+	k.run()
 	if werr := wait(ctx); werr != nil && err == nil {
 		err = werr
 	}
@@ -441,11 +438,10 @@ func (q *Queue) appendReplayLocked(msg *Message, target string, done func(error)
 		return ErrQueueFull
 	}
 	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
-	msg.EnqueuedAt = q.m.now()
-	msg.Offset = p.next
-	p.next++
-	p.add(size)
-	q.bytes += int64(size)
+	now := q.m.now()
+	msg.EnqueuedAt = now
+	req := q.appendLocked(p, msg, size, now)
+	req.done = done
 	if _, ok := q.groups[target]; ok {
 		for name, g := range q.groups {
 			if name != target {
@@ -453,14 +449,7 @@ func (q *Queue) appendReplayLocked(msg *Message, target string, done func(error)
 			}
 		}
 	}
-	p.c.submit(commitReq{
-		app:  Append{Queue: q.name, Partition: p.index, Message: msg},
-		sync: q.opts.Durability == DurabilityFsync,
-		done: func(err error) {
-			q.appended(p, msg, err)
-			done(err)
-		},
-	})
+	p.c.submit(req)
 	return nil
 }
 
@@ -470,18 +459,16 @@ func (q *Queue) appendReplayLocked(msg *Message, target string, done func(error)
 // acked. A copy of m parked behind its key is dropped from the queue of
 // that key; one waiting in the ready or retry heap passes its key on when
 // it is popped.
-func (c *cursor) settleAdminLocked(m *Message, b *Batch) {
+func (c *cursor) settleAdminLocked(m *Message, b *Batch, k *kicks) {
 	off := m.Offset
 	if c.isSettled(off) {
 		return
 	}
 	revoked := false
-	for _, cons := range c.g.consumers {
-		for l := range cons.leases {
-			if l.active && l.cur == c && l.m.Offset == off {
-				c.g.q.revokeLocked(l)
-				revoked = true
-			}
+	for _, l := range c.p.leasesWhere(func(l *Lease) bool { return l.cur == c }) {
+		if l.m.Offset == off {
+			c.p.revokeLocked(l, k)
+			revoked = true
 		}
 	}
 	if ks := c.keys[m.Key]; ks != nil && off < c.next {
@@ -500,18 +487,16 @@ func (c *cursor) settleAdminLocked(m *Message, b *Batch) {
 // message is settled by an operator. Like a lost lease, its credit slot
 // stays until the consumer's PUBACK (already arrived for an explicit
 // consumer: freed now).
-func (q *Queue) revokeLocked(l *Lease) {
-	l.active = false
-	l.cur.leased--
-	delete(l.cur.out, l.m.Offset)
+func (p *partition) revokeLocked(l *Lease, k *kicks) {
+	p.endLeaseLocked(l)
 	if l.explicit && l.received && l.slot {
-		q.freeSlotLocked(l)
+		p.freeSlotLocked(l, k)
 	}
 }
 
 // commitLocked submits b to the committers of its partitions with sync and
 // returns a function that waits for them. Call the function after
-// releasing q.mu: completing an append takes it.
+// releasing the queue's locks: completing an append takes them.
 func (q *Queue) commitLocked(b *Batch) func(context.Context) error {
 	per := q.perShard(b)
 	errc := make(chan error, len(per))
@@ -613,8 +598,8 @@ func dlqOptions(o Options) Options {
 
 // setOptions replaces the queue's settings.
 func (q *Queue) setOptions(o Options) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.lockAll()
+	defer q.unlockAll()
 	old := q.opts
 	q.opts = o
 	if old.Ordering == OrderKey && o.Ordering != OrderKey {
@@ -622,10 +607,10 @@ func (q *Queue) setOptions(o Options) {
 			for _, cur := range g.cursors {
 				for _, ks := range cur.keys {
 					for _, m := range ks.waiting {
-						pd := &pending{m: m, cur: cur, deliveries: cur.counts[m.Offset]}
+						pd := &pending{m: m, deliveries: cur.counts[m.Offset]}
 						if !m.NotBefore.IsZero() && m.NotBefore.After(q.m.now()) {
 							pd.at = m.NotBefore
-							heap.Push(&g.retries, pd)
+							heap.Push(&cur.retries, pd)
 							continue
 						}
 						heap.Push(&cur.ready, pd)
@@ -639,7 +624,7 @@ func (q *Queue) setOptions(o Options) {
 	for _, g := range q.groups {
 		g.rebalance()
 	}
-	q.dispatchLocked(q.m.now())
+	q.dispatchAllLocked(q.m.now())
 }
 
 // DeclaredAtRuntime returns the names of the queues whose settings were

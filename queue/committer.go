@@ -10,7 +10,10 @@ import (
 // (the hot path, kept free of allocations beyond the request itself), or a
 // batch of state writes.
 type commitReq struct {
-	app   Append
+	app Append
+	// part is the partition of app: its completion makes the message
+	// visible there, batched with the others of the same commit.
+	part  *partition
 	batch *Batch
 	sync  bool
 	done  func(error)
@@ -192,9 +195,31 @@ func (c *committer) anySync(reqs []commitReq) bool {
 	return false
 }
 
+// complete runs the callbacks of committed batches in order. The appends
+// of a batch are first made visible per partition, one lock and one
+// dispatch for each partition the batch touched; then the producers are
+// answered.
 func (c *committer) complete() {
 	defer close(c.stopped)
+	var parts []*partition
 	for comp := range c.completions {
+		parts = parts[:0]
+		for i := range comp.reqs {
+			r := &comp.reqs[i]
+			if r.part == nil {
+				continue
+			}
+			if len(r.part.appends) == 0 {
+				parts = append(parts, r.part)
+			}
+			r.part.appends = append(r.part.appends, r.app.Message)
+		}
+		for i, p := range parts {
+			p.appended(p.appends, comp.err)
+			clear(p.appends)
+			p.appends = p.appends[:0]
+			parts[i] = nil
+		}
 		for i := range comp.reqs {
 			if d := comp.reqs[i].done; d != nil {
 				d(comp.err)

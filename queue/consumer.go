@@ -1,6 +1,9 @@
 package queue
 
 import (
+	"container/heap"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -8,7 +11,7 @@ import (
 // Receiver is a consumer's connection as the queue sees it.
 type Receiver interface {
 	// Deliver hands a leased message to the consumer's connection. It is
-	// called with the queue's lock held: it must not block and must not call
+	// called with the partition's lock held: it must not block and must not call
 	// back into the queue. Credit bounds how many deliveries are unsettled.
 	Deliver(d Delivery)
 }
@@ -45,8 +48,15 @@ type ConsumerOptions struct {
 	Credit *Credit
 }
 
-// Credit is a count of deliveries a connection may still be sent.
-type Credit struct{ n atomic.Int64 }
+// Credit is a count of deliveries a connection may still be sent, shared
+// by its consumers. Taking one is a single atomic step, so concurrent
+// dispatches on different partitions and queues never exceed it.
+type Credit struct {
+	n atomic.Int64
+
+	mu      sync.Mutex
+	waiting []*group // groups that had a delivery for the connection and no credit
+}
 
 // NewCredit returns a credit of n.
 func NewCredit(n int) *Credit {
@@ -55,62 +65,119 @@ func NewCredit(n int) *Credit {
 	return c
 }
 
-func (c *Credit) available() bool { return c == nil || c.n.Load() > 0 }
-
-func (c *Credit) take() {
-	if c != nil {
-		c.n.Add(-1)
+// take takes one credit, or registers g to be kicked when one comes back.
+func (c *Credit) take(g *group) bool {
+	if c == nil {
+		return true
 	}
+	for {
+		n := c.n.Load()
+		if n <= 0 {
+			break
+		}
+		if c.n.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+	c.mu.Lock()
+	if !slices.Contains(c.waiting, g) {
+		c.waiting = append(c.waiting, g)
+	}
+	c.mu.Unlock()
+	return false
 }
 
-func (c *Credit) give() {
-	if c != nil {
-		c.n.Add(1)
-	}
+// give returns one credit; the groups waiting for it go to k.
+func (c *Credit) give(k *kicks) {
+	c.n.Add(1)
+	c.mu.Lock()
+	w := c.waiting
+	c.waiting = nil
+	c.mu.Unlock()
+	*k = append(*k, w...)
 }
 
 // Consumer is one subscription of a group. Its methods are safe for
 // concurrent use.
 type Consumer struct {
-	q      *Queue
-	g      *group
-	r      Receiver
-	credit int
-	// leases holds every lease that is active or still holds a credit slot.
-	leases     map[*Lease]struct{}
-	closed     bool
+	q          *Queue
+	g          *group
+	r          Receiver
+	credit     atomic.Int64 // deliveries it may still be sent (prefetch)
+	closed     bool         // written with every lock of the queue held
 	explicit   bool
 	partitions []int // claimed by name; empty: any the group gives it
 	shared     *Credit
+}
+
+// take takes one credit of the consumer and one of its connection, or
+// none. g is kicked when the connection's credit comes back.
+func (c *Consumer) take(g *group) bool {
+	for {
+		n := c.credit.Load()
+		if n <= 0 {
+			return false
+		}
+		if c.credit.CompareAndSwap(n, n-1) {
+			break
+		}
+	}
+	if !c.shared.take(g) {
+		c.credit.Add(1)
+		return false
+	}
+	return true
+}
+
+// giveBack returns a credit taken for a delivery that did not happen.
+func (c *Consumer) giveBack() {
+	c.credit.Add(1)
+	if c.shared != nil {
+		c.shared.n.Add(1)
+	}
 }
 
 // Close leaves the group: every message the consumer holds goes back to the
 // group at once (the ended delivery counts toward max_deliveries).
 func (c *Consumer) Close() {
 	q := c.q
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	var k kicks
+	q.lockAll()
 	if c.closed {
+		q.unlockAll()
 		return
 	}
 	c.closed = true
 	now := q.m.now()
-	b := new(Batch)
-	for l := range c.leases {
-		// A delivery not yet PUBACKed still counts against the connection's
-		// shared credit: the slot stays until the PUBACK comes (or the
-		// connection, and its credit, are gone).
-		if l.slot && c.shared == nil {
-			l.slot = false
+	for _, p := range q.parts {
+		b := new(Batch)
+		for _, l := range p.leasesWhere(func(l *Lease) bool { return l.consumer == c }) {
+			// A delivery not yet PUBACKed still counts against the
+			// connection's shared credit: the slot stays until the PUBACK
+			// comes (or the connection, and its credit, are gone).
+			if l.slot && c.shared == nil {
+				l.slot = false
+			}
+			p.releaseLocked(l, b, now)
 		}
-		if l.active {
-			q.releaseLocked(l, b, now)
+		p.flushLocked(b)
+	}
+	c.g.removeConsumer(c)
+	q.dispatchAllLocked(now)
+	q.unlockAll()
+	k.run()
+}
+
+// leasesWhere returns the partition's active leases that match. Lock must
+// be held.
+func (p *partition) leasesWhere(match func(*Lease) bool) []*Lease {
+	var out []*Lease
+	for _, l := range p.leases {
+		if match(l) {
+			out = append(out, l)
 		}
 	}
-	clear(c.leases)
-	c.g.removeConsumer(c)
-	q.flushLocked(b)
-	q.dispatchLocked(now)
+	return out
 }
 
 // Group returns the consumer's group name.
@@ -132,6 +199,7 @@ type Lease struct {
 	active, slot bool
 	explicit     bool
 	received     bool
+	hidx         int // index in the partition's lease heap; -1 when not in it
 }
 
 // Explicit reports whether the lease is settled explicitly rather than by PUBACK.
@@ -141,14 +209,16 @@ func (l *Lease) Explicit() bool { return l.explicit }
 // message stays leased until it is settled, but once the lease is lost the
 // consumer's credit slot is free again.
 func (l *Lease) Received() {
-	q := l.cur.g.q
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	p := l.cur.p
+	var k kicks
+	p.mu.Lock()
 	l.received = true
 	if !l.active && l.slot {
-		q.freeSlotLocked(l)
-		q.dispatchLocked(q.m.now())
+		p.freeSlotLocked(l, &k)
+		l.cur.dispatchLocked(p.q.m.now())
 	}
+	p.mu.Unlock()
+	k.run()
 }
 
 // Outcome is how a consumer settles a message.
@@ -172,13 +242,14 @@ func (l *Lease) Settle(o Outcome) error {
 
 // Extend renews an active lease for another ack_timeout.
 func (l *Lease) Extend() error {
-	q := l.cur.g.q
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	p := l.cur.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if !l.active {
 		return ErrNotLeased
 	}
-	l.deadline = q.m.now().Add(q.opts.AckTimeout)
+	l.deadline = p.q.m.now().Add(p.q.opts.AckTimeout)
+	heap.Fix(&p.leases, l.hidx)
 	return nil
 }
 

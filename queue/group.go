@@ -2,6 +2,8 @@ package queue
 
 import (
 	"container/heap"
+	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,28 +14,33 @@ const maxParked = 8192
 // readAhead is how many messages a cursor reads from storage at a time.
 const readAhead = 512
 
-// group is one consumer group of a queue. Guarded by the queue's mutex.
+// group is one consumer group of a queue. Its consumers and claims change
+// with every lock of the queue held (lockAll); cursors[i], claimed[i],
+// owner[i] and moveTo[i] belong to partition i and are read, and for owner
+// and moveTo also written, under that partition's lock.
 type group struct {
 	q         *Queue
 	name      string
 	cursors   []*cursor
 	consumers []*Consumer
-	rr        int // next consumer to try
-	rrPart    int // next partition to try
-	retries   retryHeap
 
 	// claimed[p] is the consumer that asked for partition p by name
 	// (subscription property partitions); claims counts them.
 	claimed []*Consumer
 	claims  int
 	// owner[p] is the consumer partition p is assigned to (ordering
-	// partition); next[p] the one it moves to once its leases are settled.
+	// partition); moveTo[p] the one it moves to once its leases are settled.
 	owner, moveTo []*Consumer
+
+	// starved counts the cursors with messages that had no consumer with
+	// credit: a consumer whose credit returns dispatches them (kick).
+	starved atomic.Int32
 }
 
 // cursor is a group's position in one partition: the JetStream-style ack
 // floor, the settled set above it, the stream position of first
-// deliveries, and the messages waiting to be delivered again.
+// deliveries, and the messages waiting to be delivered again. Guarded by
+// the partition's lock.
 type cursor struct {
 	g *group
 	p *partition
@@ -42,18 +49,26 @@ type cursor struct {
 	settled map[uint64]bool // offset >= floor settled; true when marked on disk
 	next    uint64          // first offset never read for delivery
 
+	// delivered is one past the highest offset ever leased, persisted with
+	// the floor: after a crash the unsettled offsets below it count one more
+	// ended delivery.
+	delivered, savedDelivered uint64
+
 	// Settlements not yet persisted (see flushStateLocked).
 	dirty      bool
 	savedFloor uint64
 	marks      []uint64 // settled above the floor since the last flush
 	unmarks    []uint64 // marked on disk, now below the floor
 
-	ready  readyHeap            // released messages, deliverable now, lowest offset first
-	keys   map[string]*keyState // ordering key: keys with a message out
-	parked int                  // messages parked behind blocked keys
-	counts map[uint64]uint32    // ended deliveries of unsettled offsets, as on disk
-	leased int
-	out    map[uint64]struct{} // offsets with an active lease
+	ready   readyHeap            // released messages, deliverable now, lowest offset first
+	retries retryHeap            // nacked and delayed messages, by the time they are due
+	keys    map[string]*keyState // ordering key: keys with a message out
+	parked  int                  // messages parked behind blocked keys
+	counts  map[uint64]uint32    // ended deliveries of unsettled offsets, as on disk
+	leased  int
+	out     map[uint64]struct{} // offsets with an active lease
+	rr      int                 // next consumer to try
+	starved atomic.Bool         // see group.starved
 
 	ra       []*Message // read-ahead from storage covering [raFrom, raTo)
 	raPos    int
@@ -68,7 +83,6 @@ type keyState struct{ waiting []*Message }
 // pending is a message waiting to be delivered again.
 type pending struct {
 	m          *Message
-	cur        *cursor
 	deliveries uint32 // ended deliveries so far
 	at         time.Time
 }
@@ -78,7 +92,7 @@ func newGroup(q *Queue, name string) *group {
 	g := &group{q: q, name: name, cursors: make([]*cursor, n),
 		claimed: make([]*Consumer, n), owner: make([]*Consumer, n), moveTo: make([]*Consumer, n)}
 	for i, p := range q.parts {
-		g.cursors[i] = &cursor{g: g, p: p, floor: p.first, next: p.first,
+		g.cursors[i] = &cursor{g: g, p: p, floor: p.first, next: p.first, delivered: p.first, savedDelivered: p.first,
 			settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}, out: map[uint64]struct{}{}}
 	}
 	return g
@@ -97,9 +111,6 @@ func (g *group) removeConsumer(c *Consumer) {
 	for i, x := range g.consumers {
 		if x == c {
 			g.consumers = append(g.consumers[:i], g.consumers[i+1:]...)
-			if g.rr > i {
-				g.rr--
-			}
 			break
 		}
 	}
@@ -195,11 +206,18 @@ func (g *group) setOwner(p int, c *Consumer) {
 }
 
 // settleMoves completes the moves whose partitions have nothing in flight.
+// Every lock of the queue must be held.
 func (g *group) settleMoves() {
-	for p, c := range g.moveTo {
-		if c != nil && g.cursors[p].leased == 0 {
-			g.owner[p], g.moveTo[p] = c, nil
-		}
+	for p := range g.moveTo {
+		g.settleMove(p)
+	}
+}
+
+// settleMove completes the move of partition p once it has nothing in
+// flight. The partition's lock must be held.
+func (g *group) settleMove(p int) {
+	if c := g.moveTo[p]; c != nil && g.cursors[p].leased == 0 {
+		g.owner[p], g.moveTo[p] = c, nil
 	}
 }
 
@@ -217,74 +235,112 @@ func (g *group) takes(c *Consumer, p int) bool {
 	return true
 }
 
-// dispatchLocked leases deliverable messages to consumers with credit,
-// round robin, until either runs out.
-func (g *group) dispatchLocked(now time.Time) {
+// dispatchLocked leases the cursor's deliverable messages to the
+// group's consumers with credit, round robin, until either runs out. The
+// partition's lock must be held.
+func (c *cursor) dispatchLocked(now time.Time) {
+	g := c.g
 	if len(g.consumers) == 0 {
 		return
 	}
 	uniform := g.claims == 0 && g.q.opts.Ordering != OrderPartition
 	if !uniform {
-		g.settleMoves()
+		g.settleMove(c.p.index)
 	}
-	var dry map[*Consumer]bool // consumers with credit but nothing to take
 	for {
-		c := g.nextConsumer(dry)
-		if c == nil {
+		cons := c.takeConsumer(uniform)
+		if cons == nil && c.hasWork() {
+			// Starved: mark it, then look once more, so that credit given
+			// back meanwhile either sees the mark or is seen here.
+			if c.starved.CompareAndSwap(false, true) {
+				g.starved.Add(1)
+			}
+			if cons = c.takeConsumer(uniform); cons != nil && c.starved.CompareAndSwap(true, false) {
+				g.starved.Add(-1)
+			}
+		}
+		if cons == nil {
 			return
 		}
-		cur, m, prior := g.nextMessage(c, now, uniform)
+		m, prior := c.nextLocked(now)
 		if m == nil {
-			if uniform {
-				return // every consumer sees the same messages
-			}
-			if dry == nil {
-				dry = map[*Consumer]bool{}
-			}
-			dry[c] = true
-			continue
+			cons.giveBack()
+			return
 		}
-		g.leaseLocked(c, cur, m, prior, now)
+		g.leaseLocked(cons, c, m, prior, now)
 	}
 }
 
-func (g *group) nextConsumer(dry map[*Consumer]bool) *Consumer {
-	n := len(g.consumers)
+// takeConsumer returns the next consumer, round robin, that may take the
+// cursor's partition, with one credit taken from it (and from its
+// connection), or nil when none has credit.
+func (c *cursor) takeConsumer(uniform bool) *Consumer {
+	cs := c.g.consumers
+	n := len(cs)
 	for i := 0; i < n; i++ {
-		c := g.consumers[(g.rr+i)%n]
-		if c.credit > 0 && c.shared.available() && !dry[c] {
-			g.rr = (g.rr + i + 1) % n
-			return c
+		cons := cs[(c.rr+i)%n]
+		if !uniform && !c.g.takes(cons, c.p.index) {
+			continue
+		}
+		if cons.take(c.g) {
+			c.rr = (c.rr + i + 1) % n
+			return cons
 		}
 	}
 	return nil
 }
 
-func (g *group) nextMessage(c *Consumer, now time.Time, uniform bool) (*cursor, *Message, uint32) {
-	n := len(g.cursors)
-	for i := 0; i < n; i++ {
-		p := (g.rrPart + i) % n
-		if !uniform && !g.takes(c, p) {
+// hasWork reports whether the cursor may have a message to deliver.
+func (c *cursor) hasWork() bool {
+	return c.ready.Len() > 0 || c.next < c.p.committed
+}
+
+// kick dispatches the group's starved cursors: a consumer's credit came
+// back. No lock of the queue may be held.
+func (g *group) kick() {
+	if g.starved.Load() == 0 {
+		return
+	}
+	for _, cur := range g.cursors {
+		if !cur.starved.CompareAndSwap(true, false) {
 			continue
 		}
-		cur := g.cursors[p]
-		if m, prior := cur.nextLocked(now); m != nil {
-			g.rrPart = (p + 1) % n
-			return cur, m, prior
-		}
+		g.starved.Add(-1)
+		p := cur.p
+		p.mu.Lock()
+		cur.dispatchLocked(g.q.m.now())
+		p.mu.Unlock()
 	}
-	return nil, nil, 0
+}
+
+// kicks collects the groups to kick once the caller released its lock.
+type kicks []*group
+
+func (k *kicks) add(g *group) {
+	if g.starved.Load() == 0 || slices.Contains(*k, g) {
+		return
+	}
+	*k = append(*k, g)
+}
+
+// run kicks the groups collected. No lock of a queue may be held.
+func (k kicks) run() {
+	for _, g := range k {
+		g.kick()
+	}
 }
 
 func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, now time.Time) {
 	q := g.q
 	l := &Lease{cur: cur, consumer: c, m: m, deliveries: prior + 1,
 		deadline: now.Add(q.opts.AckTimeout), active: true, slot: true, explicit: c.explicit}
-	c.credit--
-	c.shared.take()
-	c.leases[l] = struct{}{}
+	heap.Push(&cur.p.leases, l)
 	cur.leased++
 	cur.out[m.Offset] = struct{}{}
+	if m.Offset >= cur.delivered {
+		cur.delivered = m.Offset + 1
+		cur.dirty = true
+	}
 	q.stats.Delivered.Add(1)
 	if prior > 0 {
 		q.stats.Redelivered.Add(1)
@@ -301,7 +357,7 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 			c.unblockLocked(pd.m) // settled meanwhile: its key passes on
 			continue
 		}
-		if c.expiredLocked(pd.m, pd.deliveries, now) {
+		if c.expiredLocked(pd.m, pd.deliveries, now) || c.spentLocked(pd.m, pd.deliveries, now) {
 			continue
 		}
 		return pd.m, pd.deliveries
@@ -335,10 +391,10 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		c.next++
 		prior := c.counts[off]
 		if !m.NotBefore.IsZero() && m.NotBefore.After(now) {
-			heap.Push(&c.g.retries, &pending{m: m, cur: c, deliveries: prior, at: m.NotBefore})
+			heap.Push(&c.retries, &pending{m: m, deliveries: prior, at: m.NotBefore})
 			continue
 		}
-		if c.expiredLocked(m, prior, now) {
+		if c.expiredLocked(m, prior, now) || c.spentLocked(m, prior, now) {
 			continue
 		}
 		return m, prior
@@ -354,6 +410,30 @@ func (c *cursor) expiredLocked(m *Message, prior uint32, now time.Time) bool {
 	c.g.q.stats.Expired.Add(1)
 	c.g.q.deadLetterLocked(c, m, prior, ReasonExpired, now)
 	return true
+}
+
+// spentLocked dead-letters m when max_deliveries of its deliveries already
+// ended: the last of them was cut by a crash, which ends a delivery too.
+func (c *cursor) spentLocked(m *Message, prior uint32, now time.Time) bool {
+	q := c.g.q
+	if q.dlq == nil || int(prior) < q.opts.MaxDeliveries {
+		return false
+	}
+	q.deadLetterLocked(c, m, prior, ReasonMaxDeliveries, now)
+	return true
+}
+
+// crashedDeliveries counts, at recovery, one more ended delivery for each
+// unsettled offset below the delivered mark: it may have been leased when
+// the broker stopped, and a crash ends a delivery like a lost lease does.
+// Messages below the mark that were parked behind their key and never
+// delivered are counted too (the bound the README states).
+func (c *cursor) crashedDeliveries() {
+	for off := c.floor; off < c.delivered; off++ {
+		if _, settled := c.settled[off]; !settled {
+			c.counts[off]++
+		}
+	}
 }
 
 func (c *cursor) isSettled(off uint64) bool {
@@ -391,13 +471,13 @@ func (c *cursor) fetchLocked(off uint64) {
 		return
 	}
 	c.fetching = true
-	to := min(c.p.ringLow, c.p.committed)
+	to := min(c.p.ring.low, c.p.committed)
 	q.m.wg.Add(1)
 	go func() {
 		defer q.m.wg.Done()
 		msgs, err := c.p.store.Read(q.name, c.p.index, off, to, readAhead)
-		q.mu.Lock()
-		defer q.mu.Unlock()
+		c.p.mu.Lock()
+		defer c.p.mu.Unlock()
 		c.fetching = false
 		if err != nil {
 			c.fetchErr = q.m.now().Add(time.Second)
@@ -408,7 +488,7 @@ func (c *cursor) fetchLocked(off uint64) {
 		if len(msgs) == readAhead {
 			c.raTo = msgs[len(msgs)-1].Offset + 1
 		}
-		q.dispatchLocked(q.m.now())
+		c.dispatchLocked(q.m.now())
 	}()
 }
 
@@ -453,9 +533,9 @@ func (c *cursor) flushStateLocked(b *Batch) {
 	}
 	c.dirty = false
 	q, g, p := c.g.q.name, c.g.name, c.p.index
-	if c.floor != c.savedFloor {
-		b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: c.floor})
-		c.savedFloor = c.floor
+	if c.floor != c.savedFloor || c.delivered != c.savedDelivered {
+		b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: c.floor, Delivered: c.delivered})
+		c.savedFloor, c.savedDelivered = c.floor, c.delivered
 	}
 	for _, off := range c.marks {
 		if onDisk, ok := c.settled[off]; ok && !onDisk {
@@ -492,10 +572,10 @@ func (c *cursor) unblockLocked(m *Message) {
 	ks.waiting[0] = nil
 	ks.waiting = ks.waiting[1:]
 	c.parked--
-	pd := &pending{m: next, cur: c, deliveries: c.counts[next.Offset]}
+	pd := &pending{m: next, deliveries: c.counts[next.Offset]}
 	if !next.NotBefore.IsZero() && next.NotBefore.After(c.g.q.m.now()) {
 		pd.at = next.NotBefore // delayed: it takes the key but waits for its time
-		heap.Push(&c.g.retries, pd)
+		heap.Push(&c.retries, pd)
 		return
 	}
 	heap.Push(&c.ready, pd)

@@ -18,8 +18,11 @@ type ManagerOptions struct {
 	Logger     *slog.Logger
 
 	// Fine tuning.
-	// RingSize is how many of a partition's newest messages stay in memory.
-	RingSize int
+	// RingSize is how many of a partition's newest messages stay in memory
+	// at most; RingBytes bounds their payload bytes. A partition's ring
+	// starts small and grows to that as messages come.
+	RingSize  int
+	RingBytes int64
 	// MaxBatch caps the writes of one commit.
 	MaxBatch int
 	// MaxPayload refuses larger payloads with ErrTooLarge; 0 means no limit.
@@ -46,6 +49,7 @@ func DefaultManagerOptions() ManagerOptions {
 		Defaults:     DefaultOptions(),
 		AutoCreate:   true,
 		RingSize:     4096,
+		RingBytes:    4 << 20,
 		MaxBatch:     4096,
 		MaxPayload:   1 << 20,
 		Tick:         20 * time.Millisecond,
@@ -78,6 +82,9 @@ func NewManager(o ManagerOptions) (*Manager, error) {
 	d := DefaultManagerOptions()
 	if o.RingSize <= 0 {
 		o.RingSize = d.RingSize
+	}
+	if o.RingBytes <= 0 {
+		o.RingBytes = d.RingBytes
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = d.MaxBatch
@@ -187,7 +194,7 @@ func (m *Manager) buildOne(name string, opts Options) (*Queue, error) {
 		if err != nil {
 			return nil, fmt.Errorf("queue: reading bounds of %s/%d: %w", name, i, err)
 		}
-		part := newPartition(i, si, m.committers[si], s, first, next, m.opts.RingSize)
+		part := newPartition(q, i, si, m.committers[si], s, first, next, ringOptions{slots: m.opts.RingSize, bytes: m.opts.RingBytes})
 		q.parts = append(q.parts, part)
 		if opts.MaxBytes > 0 {
 			if err := part.loadSizes(name); err != nil {
@@ -207,7 +214,8 @@ func (m *Manager) buildOne(name string, opts Options) (*Queue, error) {
 	}
 	q.dedup.sortOrder()
 	for _, p := range q.parts {
-		q.bytes += p.bytes
+		q.bytes.Add(p.bytes)
+		q.depth.Add(int64(p.next - p.first))
 	}
 	for i, gs := range states {
 		for _, st := range gs {
@@ -219,6 +227,8 @@ func (m *Manager) buildOne(name string, opts Options) (*Queue, error) {
 			cur := g.cursors[i]
 			cur.floor = max(st.Floor, q.parts[i].first)
 			cur.next, cur.savedFloor = cur.floor, st.Floor
+			cur.delivered = max(st.Delivered, cur.floor)
+			cur.savedDelivered = st.Delivered
 			for _, off := range st.Settled {
 				if off >= cur.floor {
 					cur.settled[off] = true
@@ -227,6 +237,7 @@ func (m *Manager) buildOne(name string, opts Options) (*Queue, error) {
 			for off, n := range st.Deliveries {
 				cur.counts[off] = n
 			}
+			cur.crashedDeliveries()
 		}
 	}
 	return q, nil
@@ -364,9 +375,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		for _, q := range m.Queues() {
-			q.mu.Lock()
+			q.lockAll()
 			q.closeLocked()
-			q.mu.Unlock()
+			q.unlockAll()
 		}
 		m.closeCommitters()
 		m.wg.Wait()

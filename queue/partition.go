@@ -1,72 +1,71 @@
 package queue
 
-// partition is the in-memory side of one partition's log. All fields are
-// guarded by the owning Queue's mutex.
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// partition is one partition of a queue and the unit of state and locking:
+// its log position, the newest committed messages in memory, the cursor of
+// every group on it, the leases of those cursors (in a deadline heap), their
+// retries and delayed messages, and the bytes it holds. mu guards all of
+// it; the fields above mu never change.
 type partition struct {
+	q     *Queue
 	index int
 	shard int
 	c     *committer
 	store Shard
+
+	mu sync.Mutex
 
 	// first is the oldest retained offset; next the offset the next append
 	// gets; committed the offset below which every append has finished
 	// (stored, or failed and left as a hole).
 	first, next, committed uint64
 
-	// ring holds the newest committed messages: slot off%len(ring) holds
-	// offset off when off >= ringLow. A nil slot or one holding another
-	// offset is a hole.
-	ring    []*Message
-	ringLow uint64
+	ring ring
 
 	// sizes holds the size of each message in [first, next) (0 when not
 	// known: recovered from disk while the queue had no max_bytes); bytes
 	// is their sum.
 	sizes []uint32
 	bytes int64
+
+	// leases holds the active leases of every group on the partition,
+	// soonest deadline first.
+	leases leaseHeap
+
+	// appends collects the partition's messages of one completed commit;
+	// only the completer goroutine of the partition's committer touches it.
+	appends []*Message
 }
 
-func newPartition(index, shard int, c *committer, store Shard, first, next uint64, ringSize int) *partition {
+func newPartition(q *Queue, index, shard int, c *committer, store Shard, first, next uint64, o ringOptions) *partition {
 	return &partition{
-		index: index, shard: shard, c: c, store: store,
+		q: q, index: index, shard: shard, c: c, store: store,
 		first: first, next: next, committed: next,
-		ring: make([]*Message, ringSize), ringLow: next,
+		ring:  newRing(next, o),
 		sizes: make([]uint32, next-first),
 	}
 }
 
 // put records a committed append (m nil for a failed one) at offset off.
-// Commits complete in offset order within a partition.
+// Commits complete in offset order within a partition. Lock must be held.
 func (p *partition) put(off uint64, m *Message) {
-	p.ring[off%uint64(len(p.ring))] = m
 	p.committed = off + 1
-	if low := p.committed - min(p.committed, uint64(len(p.ring))); low > p.ringLow {
-		p.ringLow = low
-	}
+	p.ring.put(off, m)
 }
 
 // cached returns the message at off if the ring holds it. inRing reports
 // whether off is within the ring's range at all (a nil message with inRing
-// true is a hole).
+// true is a hole). Lock must be held.
 func (p *partition) cached(off uint64) (m *Message, inRing bool) {
-	if off < p.ringLow || off >= p.committed {
+	if off >= p.committed {
 		return nil, false
 	}
-	m = p.ring[off%uint64(len(p.ring))]
-	if m != nil && m.Offset != off {
-		return nil, true
-	}
-	return m, true
-}
-
-// trim releases the ring's messages below first, once they are deleted, so
-// that an idle queue does not hold its last ring's worth of messages.
-func (p *partition) trim(first uint64) {
-	for off := max(p.ringLow, first-min(first, uint64(len(p.ring)))); off < first && off < p.committed; off++ {
-		if m := p.ring[off%uint64(len(p.ring))]; m != nil && m.Offset == off {
-			p.ring[off%uint64(len(p.ring))] = nil
-		}
-	}
+	return p.ring.get(off)
 }
 
 // add counts the size of the message appended at the next offset.
@@ -77,7 +76,7 @@ func (p *partition) add(size int) {
 
 // advance makes first the partition's first retained offset: the sizes of
 // the messages below it leave the count and the ring lets go of them. It
-// returns how many bytes left.
+// returns how many bytes left. Lock must be held.
 func (p *partition) advance(first uint64) int64 {
 	if first <= p.first {
 		return 0
@@ -88,9 +87,14 @@ func (p *partition) advance(first uint64) int64 {
 		freed += int64(sz)
 	}
 	p.sizes = p.sizes[n:]
+	if len(p.sizes) == 0 {
+		p.sizes = nil // let an idle partition's array go
+	}
 	p.bytes -= freed
+	p.q.bytes.Add(-freed)
+	p.q.depth.Add(-int64(first - p.first))
 	p.first = first
-	p.trim(first)
+	p.ring.trim(first)
 	return freed
 }
 
@@ -114,4 +118,268 @@ func (p *partition) loadSizes(queue string) error {
 		from = msgs[len(msgs)-1].Offset + 1
 	}
 	return nil
+}
+
+// appended makes the messages of one committed batch visible to consumers
+// (or, err set, leaves their offsets as holes): one lock and one dispatch
+// for the whole batch. Appends of a partition complete in offset order.
+func (p *partition) appended(msgs []*Message, err error) {
+	q := p.q
+	p.mu.Lock()
+	for _, m := range msgs {
+		if err != nil {
+			p.put(m.Offset, nil)
+			continue
+		}
+		p.put(m.Offset, m)
+	}
+	if err == nil {
+		q.stats.Enqueued.Add(uint64(len(msgs)))
+	}
+	var k kicks
+	if err == nil && len(q.groups) > 0 {
+		p.dispatchLocked(q.m.now())
+	}
+	p.mu.Unlock()
+	k.run()
+}
+
+// dispatchLocked leases deliverable messages of every group's cursor to
+// consumers with credit. Lock must be held.
+func (p *partition) dispatchLocked(now time.Time) {
+	for _, g := range p.q.groups {
+		g.cursors[p.index].dispatchLocked(now)
+	}
+}
+
+// tick expires the partition's leases, releases its due retries and
+// delayed messages, persists its settlements and, when retain is set,
+// deletes what every group has settled.
+func (p *partition) tick(now time.Time, retain bool) {
+	q := p.q
+	var k kicks
+	b := new(Batch)
+	p.mu.Lock()
+	if len(q.groups) == 0 && !retain {
+		p.mu.Unlock()
+		return
+	}
+	for p.leases.Len() > 0 && now.After(p.leases[0].deadline) {
+		l := p.leases[0]
+		q.stats.LeasesLost.Add(1)
+		p.releaseLocked(l, b, now)
+		if l.explicit && l.received && l.slot {
+			p.freeSlotLocked(l, &k)
+		}
+	}
+	for _, g := range q.groups {
+		cur := g.cursors[p.index]
+		for cur.retries.Len() > 0 && !cur.retries[0].at.After(now) {
+			pd := heap.Pop(&cur.retries).(*pending)
+			heap.Push(&cur.ready, pd)
+		}
+		cur.flushStateLocked(b)
+	}
+	if retain {
+		p.retainLocked(b)
+	}
+	p.flushLocked(b)
+	p.dispatchLocked(now)
+	p.mu.Unlock()
+	k.run()
+}
+
+// flushStateLocked adds the unpersisted settlements of every group's
+// cursor to b. Lock must be held.
+func (p *partition) flushStateLocked(b *Batch) {
+	for _, g := range p.q.groups {
+		g.cursors[p.index].flushStateLocked(b)
+	}
+}
+
+// retainLocked deletes the messages below every group's floor. A queue
+// without groups keeps its messages for the first group to come. Lock
+// must be held.
+func (p *partition) retainLocked(b *Batch) {
+	q := p.q
+	if len(q.groups) == 0 {
+		return
+	}
+	low := p.committed
+	for _, g := range q.groups {
+		low = min(low, g.cursors[p.index].floor)
+	}
+	if low > p.first {
+		b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: p.index, From: p.first, To: low})
+		p.advance(low)
+	}
+}
+
+// flushLocked submits the state writes in b to the partition's committer.
+// It does not wait: settlements are persisted asynchronously
+// (at-least-once after a crash).
+func (p *partition) flushLocked(b *Batch) {
+	if b.Len() == 0 {
+		return
+	}
+	p.c.submit(commitReq{batch: b})
+}
+
+// releaseLocked ends an active lease without a settlement (lost lease or
+// consumer gone): the message is available again at once. Lock must be held.
+func (p *partition) releaseLocked(l *Lease, b *Batch, now time.Time) {
+	p.endLeaseLocked(l)
+	p.q.endDeliveryLocked(l, b, now, false)
+}
+
+// endLeaseLocked takes an active lease out of circulation.
+func (p *partition) endLeaseLocked(l *Lease) {
+	l.active = false
+	if l.hidx >= 0 {
+		heap.Remove(&p.leases, l.hidx)
+	}
+	l.cur.leased--
+	delete(l.cur.out, l.m.Offset)
+}
+
+// freeSlotLocked returns the lease's credit slot to its consumer; the
+// groups that may now deliver more go to k.
+func (p *partition) freeSlotLocked(l *Lease, k *kicks) {
+	l.slot = false
+	c := l.consumer
+	if !c.closed {
+		c.credit.Add(1)
+		k.add(c.g)
+	}
+	if c.shared != nil {
+		c.shared.give(k)
+	}
+}
+
+// ringOptions bound a partition's in-memory ring.
+type ringOptions struct {
+	slots int   // at most this many messages
+	bytes int64 // at most this many payload bytes
+}
+
+// ring holds a partition's newest committed messages: slot off%len(slots)
+// holds offset off when low <= off < committed. A nil slot or one holding
+// another offset is a hole. It starts small and doubles up to its bound,
+// so that an idle partition costs a few words, and it lets its oldest
+// messages go (they stay in storage) past its byte bound.
+type ring struct {
+	slots []*Message
+	low   uint64 // no offset below is in the ring
+	next  uint64 // one past the newest put
+	bytes int64
+	o     ringOptions
+}
+
+func newRing(next uint64, o ringOptions) ring {
+	return ring{low: next, next: next, o: o}
+}
+
+// ringMinSlots is the size of a ring's first array.
+const ringMinSlots = 8
+
+func (r *ring) get(off uint64) (*Message, bool) {
+	if off < r.low || off >= r.next {
+		return nil, false
+	}
+	m := r.slots[off%uint64(len(r.slots))]
+	if m != nil && m.Offset != off {
+		return nil, true
+	}
+	return m, true
+}
+
+func (r *ring) put(off uint64, m *Message) {
+	if off < r.next {
+		return
+	}
+	if off > r.next { // a gap: what the ring held is older than it needs
+		r.evict(int(r.next - r.low))
+		r.low, r.next = off, off
+	}
+	if r.o.slots <= 0 {
+		r.low, r.next = off+1, off+1
+		return
+	}
+	if len(r.slots) == 0 {
+		r.slots = make([]*Message, min(ringMinSlots, r.o.slots))
+	}
+	if off-r.low >= uint64(len(r.slots)) {
+		if len(r.slots) < r.o.slots {
+			r.grow()
+		} else {
+			r.evict(1)
+		}
+	}
+	r.slots[off%uint64(len(r.slots))] = m
+	r.next = off + 1
+	if m != nil {
+		r.bytes += int64(len(m.Payload))
+		for r.o.bytes > 0 && r.bytes > r.o.bytes && r.low < off {
+			r.evict(1)
+		}
+	}
+}
+
+// grow doubles the ring, up to its bound.
+func (r *ring) grow() {
+	n := min(2*len(r.slots), r.o.slots)
+	slots := make([]*Message, n)
+	for off := r.low; off < r.next; off++ {
+		if m := r.slots[off%uint64(len(r.slots))]; m != nil && m.Offset == off {
+			slots[off%uint64(n)] = m
+		}
+	}
+	r.slots = slots
+}
+
+// evict lets the n oldest offsets of the ring go; an emptied ring lets its
+// array go too.
+func (r *ring) evict(n int) {
+	for ; n > 0 && r.low < r.next; n-- {
+		i := r.low % uint64(len(r.slots))
+		if m := r.slots[i]; m != nil && m.Offset == r.low {
+			r.bytes -= int64(len(m.Payload))
+		}
+		r.slots[i] = nil
+		r.low++
+	}
+	if r.low == r.next {
+		r.slots, r.bytes = nil, 0
+	}
+}
+
+// trim lets go of the messages below first, once they are deleted, so that
+// an idle queue does not hold its last ring's worth of messages.
+func (r *ring) trim(first uint64) {
+	if first > r.low {
+		r.evict(int(min(first, r.next) - r.low))
+	}
+}
+
+// leaseHeap orders active leases by deadline.
+type leaseHeap []*Lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx, h[j].hidx = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*Lease)
+	l.hidx = len(*h)
+	*h = append(*h, l)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.hidx = -1
+	return l
 }

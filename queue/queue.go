@@ -10,25 +10,49 @@ import (
 	"time"
 )
 
-// Queue is one durable queue: its partitions and consumer groups. One mutex
-// guards all of its in-memory state; storage writes happen outside it, in
-// the shard committers.
+// Queue is one durable queue: its partitions and consumer groups. Each
+// partition has its own lock (see doc.go); mu guards what spans
+// partitions, and lockAll takes it with every partition's lock for the
+// rare changes of that (groups, consumers, settings, admin operations).
+// Storage writes happen outside every lock, in the shard committers.
 type Queue struct {
 	m     *Manager
 	name  string
-	opts  Options
 	parts []*partition
 	// dlq is the queue's dead-letter queue; nil for a dead-letter queue.
 	dlq *Queue
 
-	mu       sync.Mutex
-	groups   map[string]*group
-	closed   bool
-	dedup    dedupIndex
-	evicting bool
-	bytes    int64 // sum of the partitions' bytes
+	// mu, with every partition's lock (lockAll), guards writes of opts,
+	// groups (and their consumers) and closed; any one of those locks
+	// guards reads.
+	mu     sync.Mutex
+	opts   Options
+	groups map[string]*group
+	closed bool
+
+	dedupMu sync.Mutex // guards dedup; taken after a partition's lock
+	dedup   dedupIndex
+
+	evicting atomic.Bool
+	bytes    atomic.Int64 // sum of the partitions' bytes
+	depth    atomic.Int64 // messages retained: sum of next - first
 
 	stats Stats
+}
+
+// lockAll takes the queue's lock and every partition's, in partition order.
+func (q *Queue) lockAll() {
+	q.mu.Lock()
+	for _, p := range q.parts {
+		p.mu.Lock()
+	}
+}
+
+func (q *Queue) unlockAll() {
+	for _, p := range q.parts {
+		p.mu.Unlock()
+	}
+	q.mu.Unlock()
 }
 
 // Stats are a queue's running totals.
@@ -74,31 +98,67 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 	}
 	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
 	now := q.m.now()
-	q.mu.Lock()
+	size := msg.Size()
+	p.mu.Lock()
+	if q.limitedLocked() {
+		// Making room takes every partition's lock.
+		p.mu.Unlock()
+		if q.full(size) {
+			finish(done, ErrQueueFull)
+			return
+		}
+		p.mu.Lock()
+	}
 	if q.closed {
-		q.mu.Unlock()
+		p.mu.Unlock()
 		finish(done, ErrClosed)
 		return
 	}
-	if msg.DedupID != "" && q.opts.DedupWindow > 0 {
+	dedup := msg.DedupID != "" && q.opts.DedupWindow > 0
+	var entry *dedupEntry
+	if dedup {
+		q.dedupMu.Lock()
 		if e := q.dedup.get(msg.DedupID, now, q.opts.DedupWindow); e != nil {
 			q.stats.Deduplicated.Add(1)
-			if e.done {
-				q.mu.Unlock()
-				finish(done, nil)
-				return
+			if !e.done {
+				e.waiters = append(e.waiters, done) // answered with the original
+				done = nil
 			}
-			e.waiters = append(e.waiters, done) // answered with the original
-			q.mu.Unlock()
+			q.dedupMu.Unlock()
+			p.mu.Unlock()
+			finish(done, nil)
 			return
 		}
+		if msg.EnqueuedAt.IsZero() {
+			msg.EnqueuedAt = now
+		}
+		entry = q.dedup.add(msg.DedupID, p.index, msg.EnqueuedAt)
+		q.dedupMu.Unlock()
 	}
-	size := msg.Size()
-	if q.fullLocked(size) {
-		q.mu.Unlock()
-		finish(done, ErrQueueFull)
-		return
+	req := q.appendLocked(p, msg, size, now)
+	req.done = done
+	if dedup {
+		req.batch = &Batch{Dedups: []DedupMark{{Queue: q.name, Partition: p.index, ID: msg.DedupID, At: msg.EnqueuedAt}}}
+		req.done = func(err error) {
+			finish(done, err)
+			q.dedupMu.Lock()
+			waiters := q.dedup.complete(msg.DedupID, entry, err)
+			q.dedupMu.Unlock()
+			for _, w := range waiters {
+				finish(w, err)
+			}
+		}
 	}
+	p.c.submit(req)
+	p.mu.Unlock()
+}
+
+// appendLocked gives msg the partition's next offset and returns the
+// request that stores it; the caller sets its callback and submits it
+// before releasing the partition's lock, so that a partition's appends
+// reach its committer in offset order. Offsets are assigned here only.
+// The partition's lock must be held.
+func (q *Queue) appendLocked(p *partition, msg *Message, size int, now time.Time) commitReq {
 	if msg.EnqueuedAt.IsZero() {
 		msg.EnqueuedAt = now
 	}
@@ -108,31 +168,13 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 	msg.Offset = p.next
 	p.next++
 	p.add(size)
-	q.bytes += int64(size)
-	req := commitReq{
+	q.bytes.Add(int64(size))
+	q.depth.Add(1)
+	return commitReq{
 		app:  Append{Queue: q.name, Partition: p.index, Message: msg},
+		part: p,
 		sync: q.opts.Durability == DurabilityFsync,
-		done: func(err error) {
-			q.appended(p, msg, err)
-			finish(done, err)
-		},
 	}
-	if msg.DedupID != "" && q.opts.DedupWindow > 0 {
-		e := q.dedup.add(msg.DedupID, p.index, msg.EnqueuedAt)
-		req.batch = &Batch{Dedups: []DedupMark{{Queue: q.name, Partition: p.index, ID: msg.DedupID, At: msg.EnqueuedAt}}}
-		req.done = func(err error) {
-			q.appended(p, msg, err)
-			finish(done, err)
-			q.mu.Lock()
-			waiters := q.dedup.complete(msg.DedupID, e, err)
-			q.mu.Unlock()
-			for _, w := range waiters {
-				finish(w, err)
-			}
-		}
-	}
-	p.c.submit(req)
-	q.mu.Unlock()
 }
 
 func finish(done func(error), err error) {
@@ -141,24 +183,41 @@ func finish(done func(error), err error) {
 	}
 }
 
+// limitedLocked reports whether the queue is at one of its limits, so that
+// a publish must check for room first. Any of the queue's locks must be held.
+func (q *Queue) limitedLocked() bool {
+	return q.opts.MaxMessages > 0 && q.depth.Load() >= q.opts.MaxMessages ||
+		q.opts.MaxBytes > 0 && q.bytes.Load() >= q.opts.MaxBytes-int64(q.m.opts.MaxPayload)
+}
+
+// full reports whether a new publish of size bytes must be refused; see
+// fullLocked.
+func (q *Queue) full(size int) bool {
+	q.lockAll()
+	defer q.unlockAll()
+	return q.fullLocked(size)
+}
+
 // fullLocked reports whether a new publish of size bytes must be refused:
 // the queue holds max_messages or would pass max_bytes, and its overflow
 // policy is reject. With drop-oldest the publish is taken and the oldest
-// messages are evicted.
+// messages are evicted. Every lock of the queue must be held (lockAll).
 func (q *Queue) fullLocked(size int) bool {
 	full := func() bool {
-		return q.opts.MaxMessages > 0 && q.depthLocked() >= q.opts.MaxMessages ||
-			q.opts.MaxBytes > 0 && q.bytes+int64(size) > q.opts.MaxBytes
+		return q.opts.MaxMessages > 0 && q.depth.Load() >= q.opts.MaxMessages ||
+			q.opts.MaxBytes > 0 && q.bytes.Load()+int64(size) > q.opts.MaxBytes
 	}
 	if !full() {
 		return false
 	}
 	// Retention runs on a timer: delete what every group has settled since,
 	// so that acked messages do not count against the limits.
-	b := new(Batch)
-	q.flushStateLocked(b)
-	q.retainLocked(b)
-	q.flushLocked(b)
+	for _, p := range q.parts {
+		b := new(Batch)
+		p.flushStateLocked(b)
+		p.retainLocked(b)
+		p.flushLocked(b)
+	}
 	if !full() {
 		return false
 	}
@@ -169,47 +228,28 @@ func (q *Queue) fullLocked(size int) bool {
 	return true
 }
 
-// appended makes a committed message visible to consumers. Appends of a
-// partition complete in offset order.
-func (q *Queue) appended(p *partition, msg *Message, err error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if err != nil {
-		p.put(msg.Offset, nil)
-		return
-	}
-	q.stats.Enqueued.Add(1)
-	p.put(msg.Offset, msg)
-	if len(q.groups) > 0 {
-		q.dispatchLocked(q.m.now())
-	}
-}
-
 // Subscribe adds a consumer to group, creating the group if it is new: a
 // new group starts at the oldest retained message.
 func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consumer, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	var k kicks
+	q.lockAll()
+	defer k.run()
+	defer q.unlockAll()
 	if q.closed {
 		return nil, ErrClosed
 	}
-	g := q.groupLocked(group)
 	prefetch := q.opts.Prefetch
 	if o.Prefetch > 0 && o.Prefetch < prefetch {
 		prefetch = o.Prefetch
 	}
-	for _, p := range o.Partitions {
-		if p < 0 || p >= len(q.parts) {
-			return nil, fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, p, len(q.parts))
-		}
-		if other := g.claimed[p]; other != nil {
-			return nil, fmt.Errorf("%w: partition %d is taken by another consumer of group %s", ErrBadPartitions, p, group)
-		}
+	if err := q.checkPartitionsLocked(q.groups[group], group, o.Partitions); err != nil {
+		return nil, err
 	}
-	c := &Consumer{q: q, g: g, r: r, credit: prefetch, leases: map[*Lease]struct{}{},
-		explicit: o.Explicit, partitions: slices.Clone(o.Partitions), shared: o.Credit}
+	g := q.groupLocked(group)
+	c := &Consumer{q: q, g: g, r: r, explicit: o.Explicit, partitions: slices.Clone(o.Partitions), shared: o.Credit}
+	c.credit.Store(int64(prefetch))
 	g.addConsumer(c)
-	q.dispatchLocked(q.m.now())
+	q.dispatchAllLocked(q.m.now())
 	return c, nil
 }
 
@@ -218,51 +258,51 @@ func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consume
 func (q *Queue) CheckPartitions(group string, ps []int) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	g := q.groups[group]
+	return q.checkPartitionsLocked(q.groups[group], group, ps)
+}
+
+func (q *Queue) checkPartitionsLocked(g *group, name string, ps []int) error {
 	for _, p := range ps {
 		if p < 0 || p >= len(q.parts) {
 			return fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, p, len(q.parts))
 		}
 		if g != nil && g.claimed[p] != nil {
-			return fmt.Errorf("%w: partition %d is taken by another consumer of group %s", ErrBadPartitions, p, group)
+			return fmt.Errorf("%w: partition %d is taken by another consumer of group %s", ErrBadPartitions, p, name)
 		}
 	}
 	return nil
 }
 
 // groupLocked returns the group, creating and persisting it if it is new.
+// Every lock of the queue must be held.
 func (q *Queue) groupLocked(name string) *group {
 	if g := q.groups[name]; g != nil {
 		return g
 	}
 	g := newGroup(q, name)
 	q.groups[name] = g
-	b := new(Batch)
 	for _, cur := range g.cursors {
-		b.Floors = append(b.Floors, FloorWrite{Queue: q.name, Group: name, Partition: cur.p.index, Floor: cur.floor})
+		cur.p.flushLocked(&Batch{Floors: []FloorWrite{{Queue: q.name, Group: name, Partition: cur.p.index, Floor: cur.floor}}})
 		cur.savedFloor = cur.floor
 	}
-	q.flushLocked(b)
 	q.m.log.Info("consumer group created", "queue", q.name, "group", name)
 	return g
 }
 
 func (q *Queue) settle(l *Lease, o Outcome) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	c := l.consumer
+	p := l.cur.p
+	var k kicks
+	p.mu.Lock()
 	now := q.m.now()
 	if l.slot {
-		q.freeSlotLocked(l)
+		p.freeSlotLocked(l, &k)
 	}
 	if !l.active {
-		q.dispatchLocked(now)
+		p.mu.Unlock()
+		k.run()
 		return ErrNotLeased
 	}
-	l.active = false
-	delete(c.leases, l)
-	l.cur.leased--
-	delete(l.cur.out, l.m.Offset)
+	p.endLeaseLocked(l)
 	b := new(Batch)
 	switch o {
 	case Ack:
@@ -278,35 +318,17 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 		q.stats.Rejected.Add(1)
 		q.deadLetterLocked(l.cur, l.m, l.deliveries, ReasonRejected, now)
 	}
-	q.flushLocked(b)
-	q.dispatchLocked(now)
+	p.flushLocked(b)
+	l.cur.dispatchLocked(now)
+	p.mu.Unlock()
+	k.run()
 	return nil
-}
-
-// freeSlotLocked returns the lease's credit slot to its consumer.
-func (q *Queue) freeSlotLocked(l *Lease) {
-	l.slot = false
-	if !l.active {
-		delete(l.consumer.leases, l)
-	}
-	if !l.consumer.closed {
-		l.consumer.credit++
-	}
-	l.consumer.shared.give()
-}
-
-// releaseLocked ends an active lease without a settlement (lost lease or
-// consumer gone): the message is available again at once.
-func (q *Queue) releaseLocked(l *Lease, b *Batch, now time.Time) {
-	l.active = false
-	l.cur.leased--
-	delete(l.cur.out, l.m.Offset)
-	q.endDeliveryLocked(l, b, now, false)
 }
 
 // endDeliveryLocked handles a delivery that ended without an ack: the
 // message goes to the dead-letter queue after max_deliveries, else back to
-// the group, after a backoff when the consumer asked for it (nack).
+// the group, after a backoff when the consumer asked for it (nack). The
+// partition's lock must be held.
 func (q *Queue) endDeliveryLocked(l *Lease, b *Batch, now time.Time, backoff bool) {
 	cur, ended := l.cur, l.deliveries
 	if int(ended) >= q.opts.MaxDeliveries && q.dlq != nil {
@@ -315,10 +337,10 @@ func (q *Queue) endDeliveryLocked(l *Lease, b *Batch, now time.Time, backoff boo
 	}
 	cur.counts[l.m.Offset] = ended
 	b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: q.name, Group: cur.g.name, Partition: cur.p.index, Offset: l.m.Offset, Count: ended})
-	pd := &pending{m: l.m, cur: cur, deliveries: ended}
+	pd := &pending{m: l.m, deliveries: ended}
 	if backoff {
 		pd.at = now.Add(q.backoff(ended))
-		heap.Push(&cur.g.retries, pd)
+		heap.Push(&cur.retries, pd)
 		return
 	}
 	heap.Push(&cur.ready, pd)
@@ -333,62 +355,52 @@ func (q *Queue) backoff(ended uint32) time.Duration {
 	return min(d, q.opts.RetryBackoffMax)
 }
 
+// deadLetterCopy is the message that stands for m, of partition
+// partition, in the dead-letter queue. It is built here only.
+func (q *Queue) deadLetterCopy(partition int, m *Message, dl DeadLetter) *Message {
+	dl.OriginalID = MessageID(partition, m.Offset)
+	dl.OriginalTopic = TopicName(q.name, m.Subject)
+	dm := &Message{Key: m.Key, Headers: m.Headers, Payload: m.Payload, DeadLetter: &dl}
+	dm.Headers.ExpiryInterval = 0
+	return dm
+}
+
 // deadLetterLocked moves m out of the group's circulation into the
 // dead-letter queue. The message (and, with ordering key, its key) stays
 // held until the dead-letter copy is stored; if storing fails it is
 // delivered again. A dead-letter queue has no dead-letter queue of its own:
-// its messages are retried after a backoff instead.
+// its messages are retried after a backoff instead. The partition's lock
+// must be held; the dead-letter queue's partition lock is taken after it.
 func (q *Queue) deadLetterLocked(cur *cursor, m *Message, deliveries uint32, reason string, now time.Time) {
 	if q.dlq == nil {
-		heap.Push(&cur.g.retries, &pending{m: m, cur: cur, deliveries: deliveries, at: now.Add(q.backoff(deliveries))})
+		heap.Push(&cur.retries, &pending{m: m, deliveries: deliveries, at: now.Add(q.backoff(deliveries))})
 		return
 	}
-	dm := &Message{
-		Key:     m.Key,
-		Headers: m.Headers,
-		Payload: m.Payload,
-		DeadLetter: &DeadLetter{
-			Reason:        reason,
-			OriginalID:    MessageID(cur.p.index, m.Offset),
-			OriginalTopic: TopicName(q.name, m.Subject),
-			Deliveries:    deliveries,
-			Group:         cur.g.name,
-		},
-	}
-	dm.Headers.ExpiryInterval = 0
+	dm := q.deadLetterCopy(cur.p.index, m, DeadLetter{Reason: reason, Deliveries: deliveries, Group: cur.g.name})
 	// The outcome is handled on its own goroutine: Publish may fail at once
-	// (dead-letter queue closed or full), and this runs with q.mu held.
+	// (dead-letter queue closed or full), and this runs with the lock held.
 	q.dlq.Publish(dm, func(err error) { go q.deadLettered(cur, m, deliveries, err) })
 }
 
 // deadLettered settles m once its dead-letter copy is stored, or puts it
 // back for delivery when storing failed.
 func (q *Queue) deadLettered(cur *cursor, m *Message, deliveries uint32, err error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	p := cur.p
+	var k kicks
+	p.mu.Lock()
 	if err != nil {
 		q.m.log.Error("dead-lettering failed; message stays in the queue", "queue", q.name, "group", cur.g.name,
-			"msg_id", MessageID(cur.p.index, m.Offset), "err", err)
-		heap.Push(&cur.ready, &pending{m: m, cur: cur, deliveries: deliveries})
+			"msg_id", MessageID(p.index, m.Offset), "err", err)
+		heap.Push(&cur.ready, &pending{m: m, deliveries: deliveries})
 	} else {
 		q.stats.DeadLettered.Add(1)
 		b := new(Batch)
 		cur.doneLocked(m, b)
-		q.flushLocked(b)
+		p.flushLocked(b)
 	}
-	q.dispatchLocked(q.m.now())
-}
-
-// flushLocked submits the state writes in b to the committers of the
-// partitions they concern. It does not wait: settlements are persisted
-// asynchronously (at-least-once after a crash).
-func (q *Queue) flushLocked(b *Batch) {
-	if b.Len() == 0 {
-		return
-	}
-	for c, x := range q.perShard(b) {
-		c.submit(commitReq{batch: x})
-	}
+	cur.dispatchLocked(q.m.now())
+	p.mu.Unlock()
+	k.run()
 }
 
 // perShard splits the partition writes of b by the committer of their
@@ -463,78 +475,45 @@ func (q *Queue) perShard(b *Batch) map[*committer]*Batch {
 	return per
 }
 
-// closeLocked persists the settlements not yet written and refuses new work.
+// closeLocked persists the settlements not yet written and refuses new
+// work. Every lock of the queue must be held.
 func (q *Queue) closeLocked() {
-	b := new(Batch)
-	q.flushStateLocked(b)
-	q.flushLocked(b)
+	for _, p := range q.parts {
+		b := new(Batch)
+		p.flushStateLocked(b)
+		p.flushLocked(b)
+	}
 	q.closed = true
 }
 
-func (q *Queue) dispatchLocked(now time.Time) {
-	for _, g := range q.groups {
-		g.dispatchLocked(now)
+// dispatchAllLocked dispatches every partition. Every lock of the queue
+// must be held.
+func (q *Queue) dispatchAllLocked(now time.Time) {
+	for _, p := range q.parts {
+		p.dispatchLocked(now)
 	}
 }
 
 // tick expires leases, releases due retries and, when retain is set,
-// deletes what every group has settled.
+// deletes what every group has settled and starts eviction.
 func (q *Queue) tick(now time.Time, retain bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	b := new(Batch)
-	for _, g := range q.groups {
-		for _, c := range g.consumers {
-			for l := range c.leases {
-				if l.active && now.After(l.deadline) {
-					q.stats.LeasesLost.Add(1)
-					q.releaseLocked(l, b, now)
-					if l.explicit && l.received && l.slot {
-						q.freeSlotLocked(l)
-					}
-				}
-			}
-		}
-		for g.retries.Len() > 0 && !g.retries[0].at.After(now) {
-			pd := heap.Pop(&g.retries).(*pending)
-			heap.Push(&pd.cur.ready, pd)
-		}
+	for _, p := range q.parts {
+		p.tick(now, retain)
 	}
-	q.flushStateLocked(b)
-	if retain {
-		q.startEvictionLocked(now)
-		q.retainLocked(b)
-		for _, e := range q.dedup.expire(now, q.opts.DedupWindow) {
-			b.Dedups = append(b.Dedups, DedupMark{Queue: q.name, Partition: e.partition, ID: e.id})
-		}
-	}
-	q.flushLocked(b)
-	q.dispatchLocked(now)
-}
-
-// flushStateLocked adds every group's unpersisted settlements to b.
-func (q *Queue) flushStateLocked(b *Batch) {
-	for _, g := range q.groups {
-		for _, cur := range g.cursors {
-			cur.flushStateLocked(b)
-		}
-	}
-}
-
-// retainLocked deletes each partition's messages below every group's floor.
-// A queue without groups keeps its messages for the first group to come.
-func (q *Queue) retainLocked(b *Batch) {
-	if len(q.groups) == 0 {
+	if !retain {
 		return
 	}
-	for i, p := range q.parts {
-		low := p.committed
-		for _, g := range q.groups {
-			low = min(low, g.cursors[i].floor)
-		}
-		if low > p.first {
-			b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: i, From: p.first, To: low})
-			q.bytes -= p.advance(low)
-		}
+	q.mu.Lock()
+	q.startEvictionLocked(now)
+	window := q.opts.DedupWindow
+	q.mu.Unlock()
+	q.dedupMu.Lock()
+	gone := q.dedup.expire(now, window)
+	q.dedupMu.Unlock()
+	for _, e := range gone {
+		p := q.parts[e.partition]
+		p.mu.Lock()
+		p.flushLocked(&Batch{Dedups: []DedupMark{{Queue: q.name, Partition: e.partition, ID: e.id}}})
+		p.mu.Unlock()
 	}
 }

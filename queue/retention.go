@@ -19,35 +19,25 @@ import (
 // evictBatch bounds the messages one eviction pass reads per partition.
 const evictBatch = 256
 
-// startEvictionLocked starts a background eviction pass when one may be due.
+// startEvictionLocked starts a background eviction pass when one may be
+// due. q.mu (or every lock of the queue) must be held.
 func (q *Queue) startEvictionLocked(now time.Time) {
-
-	if q.evicting || q.closed {
+	if q.closed || q.evicting.Load() {
 		return
 	}
 	byAge := q.opts.MaxAge > 0
-	byCount := q.opts.Overflow == OverflowDropOldest && q.opts.MaxMessages > 0 && q.depthLocked() > q.opts.MaxMessages
-	byBytes := q.opts.Overflow == OverflowDropOldest && q.opts.MaxBytes > 0 && q.bytes > q.opts.MaxBytes
+	byCount := q.opts.Overflow == OverflowDropOldest && q.opts.MaxMessages > 0 && q.depth.Load() > q.opts.MaxMessages
+	byBytes := q.opts.Overflow == OverflowDropOldest && q.opts.MaxBytes > 0 && q.bytes.Load() > q.opts.MaxBytes
 	if !byAge && !byCount && !byBytes {
 		return
 	}
-	q.evicting = true
+	q.evicting.Store(true)
 	q.m.wg.Add(1)
 	go func() {
 		defer q.m.wg.Done()
+		defer q.evicting.Store(false)
 		q.evict(now)
-		q.mu.Lock()
-		q.evicting = false
-		q.mu.Unlock()
 	}()
-}
-
-func (q *Queue) depthLocked() int64 {
-	var depth int64
-	for _, p := range q.parts {
-		depth += int64(p.next - p.first)
-	}
-	return depth
 }
 
 // evict runs one pass over the partitions.
@@ -70,7 +60,7 @@ func (q *Queue) evict(now time.Time) {
 // returns how many it looked at.
 func (q *Queue) evictHead(i int, now time.Time) (int, error) {
 	p := q.parts[i]
-	q.mu.Lock()
+	p.mu.Lock()
 	from, to := p.first, p.committed
 	var msgs []*Message
 	for off := from; off < to && len(msgs) < evictBatch; off++ {
@@ -82,7 +72,7 @@ func (q *Queue) evictHead(i int, now time.Time) (int, error) {
 			msgs = append(msgs, m)
 		}
 	}
-	q.mu.Unlock()
+	p.mu.Unlock()
 	if len(msgs) == 0 && from < to {
 		var err error
 		if msgs, err = p.store.Read(q.name, i, from, to, evictBatch); err != nil {
@@ -91,20 +81,20 @@ func (q *Queue) evictHead(i int, now time.Time) (int, error) {
 	}
 	looked := len(msgs)
 
-	q.mu.Lock()
+	p.mu.Lock()
 	var due []*Message
 	var reasons []string
 	excess, excessBytes := int64(0), int64(0)
-	if q.opts.Overflow == OverflowDropOldest && q.opts.MaxMessages > 0 {
+	if depth := q.depth.Load(); q.opts.Overflow == OverflowDropOldest && q.opts.MaxMessages > 0 && depth > 0 {
 		// This partition's share of the excess, by its part of the depth.
-		if over := q.depthLocked() - q.opts.MaxMessages; over > 0 {
-			excess = (over*int64(p.next-p.first) + q.depthLocked() - 1) / q.depthLocked()
+		if over := depth - q.opts.MaxMessages; over > 0 {
+			excess = (over*int64(p.next-p.first) + depth - 1) / depth
 		}
 	}
-	if q.opts.Overflow == OverflowDropOldest && q.opts.MaxBytes > 0 && q.bytes > 0 {
+	if bytes := q.bytes.Load(); q.opts.Overflow == OverflowDropOldest && q.opts.MaxBytes > 0 && bytes > 0 {
 		// Likewise for max_bytes, by its part of the bytes.
-		if over := q.bytes - q.opts.MaxBytes; over > 0 {
-			excessBytes = (over*p.bytes + q.bytes - 1) / q.bytes
+		if over := bytes - q.opts.MaxBytes; over > 0 {
+			excessBytes = (over*p.bytes + bytes - 1) / bytes
 		}
 	}
 scan:
@@ -127,7 +117,7 @@ scan:
 		}
 		due = append(due, m)
 	}
-	q.mu.Unlock()
+	p.mu.Unlock()
 	if len(due) == 0 {
 		return 0, nil
 	}
@@ -135,8 +125,8 @@ scan:
 		return 0, err
 	}
 
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	b := new(Batch)
 	last := due[len(due)-1].Offset
 	for j, m := range due {
@@ -157,12 +147,12 @@ scan:
 	}
 	if len(q.groups) == 0 && last+1 > p.first {
 		b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: i, From: p.first, To: last + 1})
-		q.bytes -= p.advance(last + 1)
+		p.advance(last + 1)
 	}
-	q.flushStateLocked(b)
-	q.retainLocked(b) // what every group has now settled goes at once
-	q.flushLocked(b)
-	q.dispatchLocked(q.m.now())
+	p.flushStateLocked(b)
+	p.retainLocked(b) // what every group has now settled goes at once
+	p.flushLocked(b)
+	p.dispatchLocked(q.m.now())
 	if len(due) < looked {
 		return 0, nil
 	}
@@ -170,7 +160,8 @@ scan:
 }
 
 // settledByAllLocked reports whether every group has settled offset off of
-// partition i (false for a queue without groups).
+// partition i (false for a queue without groups). Partition i's lock must
+// be held.
 func (q *Queue) settledByAllLocked(i int, off uint64) bool {
 	if len(q.groups) == 0 {
 		return false
@@ -201,12 +192,7 @@ func (q *Queue) deadLetterAll(partition int, msgs []*Message, reasons []string) 
 	}
 	errs := make(chan error, len(msgs))
 	for i, m := range msgs {
-		dm := &Message{Key: m.Key, Headers: m.Headers, Payload: m.Payload, DeadLetter: &DeadLetter{
-			Reason:        reasons[i],
-			OriginalID:    MessageID(partition, m.Offset),
-			OriginalTopic: TopicName(q.name, m.Subject),
-		}}
-		dm.Headers.ExpiryInterval = 0
+		dm := q.deadLetterCopy(partition, m, DeadLetter{Reason: reasons[i]})
 		q.dlq.Publish(dm, func(err error) { errs <- err })
 	}
 	var first error

@@ -136,7 +136,7 @@ func (q *Queue) IsDLQ() bool { return IsDLQ(q.name) }
 func (q *Queue) Info() Info {
 	type lookup struct{ g, p int }
 	var reads []lookup
-	q.mu.Lock()
+	q.lockAll()
 	info := Info{Name: q.name, Options: q.opts, Counts: q.stats.Snapshot()}
 	for _, p := range q.parts {
 		info.Partitions = append(info.Partitions, PartitionInfo{
@@ -159,7 +159,7 @@ func (q *Queue) Info() Info {
 		}
 		info.Groups = append(info.Groups, gs)
 	}
-	q.mu.Unlock()
+	q.unlockAll()
 	for _, r := range reads {
 		gp := &info.Groups[r.g].Partitions[r.p]
 		p := q.parts[r.p]
@@ -232,17 +232,17 @@ func (q *Queue) read(pi int, from, to uint64, n int) ([]*Message, error) {
 		return nil, nil
 	}
 	p := q.parts[pi]
-	q.mu.Lock()
+	p.mu.Lock()
 	from = max(from, p.first)
 	to = min(to, p.committed)
-	low := p.ringLow
+	low := p.ring.low
 	var mem []*Message
 	for off := max(from, low); off < to && len(mem) < n; off++ {
 		if m, _ := p.cached(off); m != nil {
 			mem = append(mem, m)
 		}
 	}
-	q.mu.Unlock()
+	p.mu.Unlock()
 	var out []*Message
 	if from < min(low, to) {
 		var err error

@@ -68,6 +68,9 @@ type GroupState struct {
 	Settled []uint64
 	// Deliveries counts the ended deliveries of unsettled offsets.
 	Deliveries map[uint64]uint32
+	// Delivered is one past the highest offset ever delivered to the
+	// group, or 0 when not recorded.
+	Delivered uint64
 }
 
 // Batch is a set of writes applied atomically by one shard.
@@ -108,12 +111,14 @@ type RangeDelete struct {
 	From, To  uint64
 }
 
-// FloorWrite records a group's ack floor on a partition.
+// FloorWrite records a group's ack floor on a partition and its delivered
+// mark (one past the highest offset ever delivered; 0: not recorded).
 type FloorWrite struct {
 	Queue     string
 	Group     string
 	Partition int
 	Floor     uint64
+	Delivered uint64
 }
 
 // SettleMark records (Set) or forgets (!Set) that one offset above the

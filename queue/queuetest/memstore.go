@@ -171,6 +171,7 @@ type memPart struct {
 
 type memGroup struct {
 	floor      uint64
+	delivered  uint64
 	hasFloor   bool
 	settled    map[uint64]struct{}
 	deliveries map[uint64]uint32
@@ -225,7 +226,7 @@ func (s *memShard) Write(b *queue.Batch, sync bool) error {
 	}
 	for _, f := range b.Floors {
 		g := d.group(f.Queue, f.Partition, f.Group)
-		g.floor, g.hasFloor = f.Floor, true
+		g.floor, g.delivered, g.hasFloor = f.Floor, f.Delivered, true
 	}
 	for _, m := range b.Marks {
 		g := d.group(m.Queue, m.Partition, m.Group)
@@ -351,7 +352,7 @@ func (s *memShard) Groups(q string, partition int) ([]queue.GroupState, error) {
 	defer d.mu.RUnlock()
 	var out []queue.GroupState
 	for name, g := range d.groups[partKey{q, partition}] {
-		st := queue.GroupState{Group: name, Floor: g.floor}
+		st := queue.GroupState{Group: name, Floor: g.floor, Delivered: g.delivered}
 		for off := range g.settled {
 			st.Settled = append(st.Settled, off)
 		}

@@ -51,7 +51,7 @@
 //
 //	m 0x00 {queue} 0x00 {partition u32} {offset u64}           message record
 //	l 0x00 {queue} 0x00 {partition u32}                        low watermark u64
-//	g 0x00 {queue} 0x00 {partition u32} {group}                ack floor u64
+//	g 0x00 {queue} 0x00 {partition u32} {group}                ack floor u64 [delivered mark u64]
 //	s 0x00 {queue} 0x00 {partition u32} {group} 0x00 {offset u64}  settled, empty value
 //	r 0x00 {queue} 0x00 {partition u32} {group} 0x00 {offset u64}  ended deliveries u32
 //	q 0x00 {queue}                                             queue meta (JSON)

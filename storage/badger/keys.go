@@ -11,7 +11,7 @@ import (
 const (
 	kindMessage  byte = 'm' // m 0 queue 0 partition offset -> message record
 	kindLow      byte = 'l' // l 0 queue 0 partition -> low watermark (u64)
-	kindFloor    byte = 'g' // g 0 queue 0 partition group -> ack floor (u64)
+	kindFloor    byte = 'g' // g 0 queue 0 partition group -> ack floor (u64) [delivered mark (u64)]
 	kindSettled  byte = 's' // s 0 queue 0 partition group 0 offset -> empty
 	kindDelivery byte = 'r' // r 0 queue 0 partition group 0 offset -> count (u32)
 	kindQueue    byte = 'q' // q 0 queue -> queue meta (JSON)
@@ -122,6 +122,27 @@ func splitMarkKey(rest []byte) (group string, off uint64, ok bool) {
 // putU64 and putU32 encode values of floor, watermark and delivery keys.
 func putU64(v uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), v) }
 func putU32(v uint32) []byte { return binary.BigEndian.AppendUint32(make([]byte, 0, 4), v) }
+
+// putFloor encodes a group's floor and, when recorded, its delivered mark:
+// 8 bytes, or 16 with the mark.
+func putFloor(floor, delivered uint64) []byte {
+	v := putU64(floor)
+	if delivered > 0 {
+		v = binary.BigEndian.AppendUint64(v, delivered)
+	}
+	return v
+}
+
+// getFloor decodes putFloor's value; delivered is 0 when not recorded.
+func getFloor(b []byte) (floor, delivered uint64, err error) {
+	switch len(b) {
+	case 8:
+		return binary.BigEndian.Uint64(b), 0, nil
+	case 16:
+		return binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), nil
+	}
+	return 0, 0, fmt.Errorf("%w: %d-byte floor where 8 or 16 bytes were expected", ErrCorruptRecord, len(b))
+}
 
 func getU64(b []byte) (uint64, error) {
 	if len(b) != 8 {

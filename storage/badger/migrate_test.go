@@ -105,6 +105,9 @@ func fillForMigration(t *testing.T, dir string, shards int) int {
 		t.Fatal(err)
 	}
 	for i := range 40 {
+		if i == 0 {
+			continue // left leased: the later acks of its partition are marks above its floor
+		}
 		outcome := queue.Ack
 		if i%10 == 9 {
 			outcome = queue.Nack

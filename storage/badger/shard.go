@@ -117,7 +117,7 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 		}
 	}
 	for _, f := range b.Floors {
-		if err := w.set(floorKey(f.Queue, uint32(f.Partition), f.Group), putU64(f.Floor)); err != nil {
+		if err := w.set(floorKey(f.Queue, uint32(f.Partition), f.Group), putFloor(f.Floor, f.Delivered)); err != nil {
 			return err
 		}
 	}
@@ -477,8 +477,9 @@ func scanGroups(txn *bdg.Txn, q string, p uint32) (map[string]*queue.GroupState,
 	}
 	prefix := partitionPrefix(kindFloor, q, p)
 	err := scan(txn, prefix, true, func(k, v []byte) error {
-		floor, err := getU64(v)
-		group(string(k[len(prefix):])).Floor = floor
+		g := group(string(k[len(prefix):]))
+		var err error
+		g.Floor, g.Delivered, err = getFloor(v)
 		return err
 	})
 	if err != nil {
