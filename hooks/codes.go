@@ -24,6 +24,10 @@ func reasonFor(err error) packets.Code {
 	case errors.Is(err, errNotYourMsg), errors.Is(err, errNoMsgID),
 		errors.Is(err, queue.ErrNotLeased), errors.Is(err, queue.ErrUnknownMessage):
 		return packets.ErrUnspecifiedError
+	case errors.Is(err, queue.ErrFenced), errors.Is(err, queue.ErrNotOwned), errors.Is(err, queue.ErrStorage):
+		// The partition moved or storage failed: safe to retry (with the
+		// same dedup-id to be sure of storing it once).
+		return packets.ErrImplementationSpecificError
 	default:
 		return packets.ErrImplementationSpecificError
 	}

@@ -536,25 +536,16 @@ func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, 
 	}
 	m.admin.Lock()
 	defer m.admin.Unlock()
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil, false, ErrClosed
+	q, created, err := m.create(ctx, name, func(ctx context.Context) error {
+		return m.persistDeclared(ctx, name, o, true)
+	}, o)
+	if err != nil {
+		return nil, false, err
 	}
-	if q := m.queues[name]; q == nil {
-		defer m.mu.Unlock()
-		if err := m.persistDeclared(ctx, name, o, true); err != nil {
-			return nil, false, err
-		}
-		q, err := m.build(name, o)
-		if err != nil {
-			return nil, false, err
-		}
+	if created {
 		m.log.Info("queue declared", "queue", name, "partitions", o.Partitions, "ordering", o.Ordering, "durability", o.Durability)
 		return q, true, nil
 	}
-	q := m.queues[name]
-	m.mu.Unlock()
 	if n := len(q.parts); n != o.Partitions {
 		return nil, false, fmt.Errorf("%w: queue %q has %d partitions, asked for %d", ErrPartitionsChanged, name, n, o.Partitions)
 	}

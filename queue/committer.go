@@ -17,6 +17,10 @@ type commitReq struct {
 	batch *Batch
 	sync  bool
 	done  func(error)
+	// epoch, when not 0, is the epoch of partition id the request was made
+	// under: a fence raised past it fails the request (ErrFenced).
+	id    PartitionID
+	epoch uint64
 }
 
 // committer is the group commit of one shard: one goroutine drains the
@@ -34,6 +38,7 @@ type committer struct {
 	pending []commitReq
 	closed  bool
 	wake    chan struct{}
+	fences  map[PartitionID]uint64 // the epoch each partition's writes need
 
 	completions chan completion
 	stopped     chan struct{}
@@ -93,6 +98,42 @@ func (c *committer) submit(r commitReq) {
 	}
 }
 
+// fence makes epoch the epoch partition id's writes need: a request made
+// under an older one fails with ErrFenced, even one already queued. A
+// lower epoch than the current fence is refused.
+func (c *committer) fence(id PartitionID, epoch uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur := c.fences[id]; epoch < cur {
+		return &FencedError{Partition: id, Epoch: epoch, Current: cur}
+	}
+	if c.fences == nil {
+		c.fences = map[PartitionID]uint64{}
+	}
+	c.fences[id] = epoch
+	return nil
+}
+
+// dropFenced completes the requests made under an epoch older than their
+// partition's fence, with ErrFenced, and returns the others.
+func (c *committer) dropFenced(reqs []commitReq) []commitReq {
+	var stale []completion
+	kept := reqs[:0]
+	c.mu.Lock()
+	for _, r := range reqs {
+		if cur := c.fences[r.id]; r.epoch != 0 && r.epoch < cur {
+			stale = append(stale, completion{reqs: []commitReq{r}, err: &FencedError{Partition: r.id, Epoch: r.epoch, Current: cur}})
+			continue
+		}
+		kept = append(kept, r)
+	}
+	c.mu.Unlock()
+	for _, comp := range stale {
+		c.completions <- comp
+	}
+	return kept
+}
+
 // syncIfNeeded makes the writes of async queues durable: it queues an
 // empty synced batch when something was written without a sync.
 func (c *committer) syncIfNeeded() {
@@ -124,7 +165,11 @@ func (c *committer) run() {
 		all := reqs
 		c.pending = spare[:0]
 		closed := c.closed
+		fenced := len(c.fences) > 0
 		c.mu.Unlock()
+		if fenced {
+			reqs = c.dropFenced(reqs)
+		}
 
 		for len(reqs) > 0 {
 			n := c.fill(&b, reqs)

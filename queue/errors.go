@@ -1,6 +1,9 @@
 package queue
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrInvalidTopic: the topic is not a valid $queue/ topic.
@@ -26,7 +29,27 @@ var (
 	ErrBadPartitions = errors.New("queue: invalid partitions")
 	// ErrPartitionsChanged: the config asks for another partition count than the stored queue has.
 	ErrPartitionsChanged = errors.New("queue: partition count differs from the stored queue")
+	// ErrNotOwned: this node does not serve the partition (not acquired,
+	// or released); the outcome of a write is known: nothing was stored.
+	ErrNotOwned = errors.New("queue: partition not owned")
+	// ErrFenced: a write carried an epoch older than the partition's
+	// fence: another owner took the partition over. See FencedError.
+	ErrFenced = errors.New("queue: stale epoch")
 )
+
+// FencedError is a write refused for its stale epoch; errors.Is(err,
+// ErrFenced) holds.
+type FencedError struct {
+	Partition PartitionID
+	Epoch     uint64 // the write's
+	Current   uint64 // the partition's fence
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("queue: stale epoch %d for partition %s (fenced at %d)", e.Epoch, e.Partition, e.Current)
+}
+
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
 // StorageError wraps a storage engine's error; errors.Is(err, ErrStorage) holds.
 type StorageError struct{ Err error }

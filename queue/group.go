@@ -92,10 +92,15 @@ func newGroup(q *Queue, name string) *group {
 	g := &group{q: q, name: name, cursors: make([]*cursor, n),
 		claimed: make([]*Consumer, n), owner: make([]*Consumer, n), moveTo: make([]*Consumer, n)}
 	for i, p := range q.parts {
-		g.cursors[i] = &cursor{g: g, p: p, floor: p.first, next: p.first, delivered: p.first, savedDelivered: p.first,
-			settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}, out: map[uint64]struct{}{}}
+		g.cursors[i] = newCursor(g, p)
 	}
 	return g
+}
+
+// newCursor returns g's cursor of p at the partition's first offset.
+func newCursor(g *group, p *partition) *cursor {
+	return &cursor{g: g, p: p, floor: p.first, next: p.first, delivered: p.first, savedDelivered: p.first,
+		settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}, out: map[uint64]struct{}{}}
 }
 
 func (g *group) addConsumer(c *Consumer) {
@@ -240,7 +245,7 @@ func (g *group) takes(c *Consumer, p int) bool {
 // partition's lock must be held.
 func (c *cursor) dispatchLocked(now time.Time) {
 	g := c.g
-	if len(g.consumers) == 0 {
+	if len(g.consumers) == 0 || !c.p.owned {
 		return
 	}
 	uniform := g.claims == 0 && g.q.opts.Ordering != OrderPartition

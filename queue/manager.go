@@ -65,9 +65,10 @@ type Manager struct {
 	committers []*committer
 	shards     []Shard
 
-	mu     sync.RWMutex
-	queues map[string]*Queue // by name, dead-letter queues included
-	closed bool
+	mu       sync.RWMutex
+	queues   map[string]*Queue        // by name, dead-letter queues included
+	creating map[string]chan struct{} // queues being created, closed when done
+	closed   bool
 
 	wg   sync.WaitGroup
 	stop chan struct{}
@@ -107,7 +108,7 @@ func NewManager(o ManagerOptions) (*Manager, error) {
 	if err := o.Defaults.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Manager{opts: o, log: o.Logger, queues: map[string]*Queue{}, stop: make(chan struct{})}
+	m := &Manager{opts: o, log: o.Logger, queues: map[string]*Queue{}, creating: map[string]chan struct{}{}, stop: make(chan struct{})}
 	m.shards = o.Store.Shards()
 	for i, s := range m.shards {
 		m.committers = append(m.committers, newCommitter(s, o.MaxBatch, o.OnCommit, i))
@@ -150,9 +151,11 @@ func (m *Manager) recover() error {
 				ErrPartitionsChanged, meta.Name, meta.Partitions, opts.Partitions)
 		}
 		opts.Partitions = meta.Partitions
-		if _, err := m.build(meta.Name, opts); err != nil {
+		q := m.build(meta.Name, opts)
+		if err := m.acquireAll(q); err != nil {
 			return err
 		}
+		m.queues[q.name], m.queues[q.dlq.name] = q, q.dlq
 	}
 	m.log.Info("queues recovered", "queues", len(metas)/2)
 	return nil
@@ -165,82 +168,26 @@ func (m *Manager) optionsFor(name string) Options {
 	return m.opts.Defaults
 }
 
-// build creates the in-memory queue and its dead-letter queue from what
-// the store holds. The caller holds m.mu or is recovering.
-func (m *Manager) build(name string, opts Options) (*Queue, error) {
-	q, err := m.buildOne(name, opts)
-	if err != nil {
-		return nil, err
-	}
+// build creates the in-memory queue and its dead-letter queue, their
+// partitions not yet acquired.
+func (m *Manager) build(name string, opts Options) *Queue {
+	q := m.buildOne(name, opts)
 	// The dead-letter queue keeps its parent's limits but drops its own
 	// oldest when full rather than refusing a dead letter.
-	dlq, err := m.buildOne(DLQName(name), dlqOptions(opts))
-	if err != nil {
-		return nil, err
-	}
-	q.dlq = dlq
-	m.queues[name] = q
-	m.queues[dlq.name] = dlq
-	return q, nil
+	q.dlq = m.buildOne(DLQName(name), dlqOptions(opts))
+	return q
 }
 
-func (m *Manager) buildOne(name string, opts Options) (*Queue, error) {
+// buildOne creates the in-memory queue with its partitions not yet
+// acquired (see Acquire).
+func (m *Manager) buildOne(name string, opts Options) *Queue {
 	q := &Queue{m: m, name: name, opts: opts, groups: map[string]*group{}}
-	states := make([][]GroupState, opts.Partitions)
 	for i := 0; i < opts.Partitions; i++ {
 		si := m.shardOf(name, i)
-		s := m.shards[si]
-		first, next, err := s.Bounds(name, i)
-		if err != nil {
-			return nil, fmt.Errorf("queue: reading bounds of %s/%d: %w", name, i, err)
-		}
-		part := newPartition(q, i, si, m.committers[si], s, first, next, ringOptions{slots: m.opts.RingSize, bytes: m.opts.RingBytes})
-		q.parts = append(q.parts, part)
-		if opts.MaxBytes > 0 {
-			if err := part.loadSizes(name); err != nil {
-				return nil, fmt.Errorf("queue: reading sizes of %s/%d: %w", name, i, err)
-			}
-		}
-		if states[i], err = s.Groups(name, i); err != nil {
-			return nil, fmt.Errorf("queue: reading groups of %s/%d: %w", name, i, err)
-		}
-		ids, err := s.Dedups(name, i)
-		if err != nil {
-			return nil, fmt.Errorf("queue: reading dedup-ids of %s/%d: %w", name, i, err)
-		}
-		for id, at := range ids {
-			q.dedup.restore(id, i, at)
-		}
+		q.parts = append(q.parts, newPartition(q, i, si, m.committers[si], m.shards[si], 0, 0,
+			ringOptions{slots: m.opts.RingSize, bytes: m.opts.RingBytes}))
 	}
-	q.dedup.sortOrder()
-	for _, p := range q.parts {
-		q.bytes.Add(p.bytes)
-		q.depth.Add(int64(p.next - p.first))
-	}
-	for i, gs := range states {
-		for _, st := range gs {
-			g := q.groups[st.Group]
-			if g == nil {
-				g = newGroup(q, st.Group)
-				q.groups[st.Group] = g
-			}
-			cur := g.cursors[i]
-			cur.floor = max(st.Floor, q.parts[i].first)
-			cur.next, cur.savedFloor = cur.floor, st.Floor
-			cur.delivered = max(st.Delivered, cur.floor)
-			cur.savedDelivered = st.Delivered
-			for _, off := range st.Settled {
-				if off >= cur.floor {
-					cur.settled[off] = true
-				}
-			}
-			for off, n := range st.Deliveries {
-				cur.counts[off] = n
-			}
-			cur.crashedDeliveries()
-		}
-	}
-	return q, nil
+	return q
 }
 
 // Queue returns the named queue (a dead-letter queue by DLQName) if it exists.
@@ -274,27 +221,72 @@ func (m *Manager) Open(ctx context.Context, name string) (*Queue, error) {
 	if !ValidQueueName(parent) {
 		return nil, ErrInvalidTopic
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, ErrClosed
-	}
-	if q := m.queues[name]; q != nil {
-		return q, nil
-	}
 	_, declared := m.opts.Declared[parent]
 	if !declared && !m.opts.AutoCreate {
 		return nil, ErrNoSuchQueue
 	}
 	opts := m.optionsFor(parent)
-	if err := m.persistMeta(ctx, parent, opts.Partitions); err != nil {
+	q, _, err := m.create(ctx, parent, func(ctx context.Context) error {
+		return m.persistMeta(ctx, parent, opts.Partitions)
+	}, opts)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := m.build(parent, opts); err != nil {
-		return nil, err
+	if IsDLQ(name) {
+		return q.dlq, nil
 	}
-	m.log.Info("queue created", "queue", parent, "partitions", opts.Partitions, "declared", declared)
-	return m.queues[name], nil
+	return q, nil
+}
+
+// create makes the queue name with the settings opts, once: persist
+// records it durably, then its partitions are acquired and it is
+// published to the manager. No lock of the manager is held meanwhile, so
+// other queues are served while this one's fsync runs; another create of
+// the same name waits for this one and returns its queue. created reports
+// whether this call made it.
+func (m *Manager) create(ctx context.Context, name string, persist func(context.Context) error, opts Options) (q *Queue, created bool, err error) {
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, false, ErrClosed
+		}
+		if q := m.queues[name]; q != nil {
+			m.mu.Unlock()
+			return q, false, nil
+		}
+		wait := m.creating[name]
+		if wait == nil {
+			break
+		}
+		m.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	done := make(chan struct{})
+	m.creating[name] = done
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.creating, name)
+		if err == nil {
+			m.queues[q.name], m.queues[q.dlq.name] = q, q.dlq
+		}
+		m.mu.Unlock()
+		close(done)
+	}()
+	if err := persist(ctx); err != nil {
+		return nil, false, err
+	}
+	q = m.build(name, opts)
+	if err := m.acquireAll(q); err != nil {
+		return nil, false, err
+	}
+	m.log.Info("queue created", "queue", name, "partitions", opts.Partitions)
+	return q, true, nil
 }
 
 // persistMeta durably records a queue and its dead-letter queue before

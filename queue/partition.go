@@ -20,6 +20,10 @@ type partition struct {
 
 	mu sync.Mutex
 
+	// owned: acquired with epoch, serving (see ownership.go).
+	owned bool
+	epoch uint64
+
 	// first is the oldest retained offset; next the offset the next append
 	// gets; committed the offset below which every append has finished
 	// (stored, or failed and left as a hole).
@@ -136,17 +140,18 @@ func (p *partition) appended(msgs []*Message, err error) {
 	if err == nil {
 		q.stats.Enqueued.Add(uint64(len(msgs)))
 	}
-	var k kicks
 	if err == nil && len(q.groups) > 0 {
 		p.dispatchLocked(q.m.now())
 	}
 	p.mu.Unlock()
-	k.run()
 }
 
 // dispatchLocked leases deliverable messages of every group's cursor to
 // consumers with credit. Lock must be held.
 func (p *partition) dispatchLocked(now time.Time) {
+	if !p.owned {
+		return
+	}
 	for _, g := range p.q.groups {
 		g.cursors[p.index].dispatchLocked(now)
 	}
@@ -160,7 +165,7 @@ func (p *partition) tick(now time.Time, retain bool) {
 	var k kicks
 	b := new(Batch)
 	p.mu.Lock()
-	if len(q.groups) == 0 && !retain {
+	if !p.owned || len(q.groups) == 0 && !retain {
 		p.mu.Unlock()
 		return
 	}
@@ -222,7 +227,7 @@ func (p *partition) flushLocked(b *Batch) {
 	if b.Len() == 0 {
 		return
 	}
-	p.c.submit(commitReq{batch: b})
+	p.c.submit(commitReq{batch: b, id: PartitionID{p.q.name, p.index}, epoch: p.epoch})
 }
 
 // releaseLocked ends an active lease without a settlement (lost lease or

@@ -109,9 +109,9 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 		}
 		p.mu.Lock()
 	}
-	if q.closed {
+	if err := p.servingLocked(); err != nil {
 		p.mu.Unlock()
-		finish(done, ErrClosed)
+		finish(done, err)
 		return
 	}
 	dedup := msg.DedupID != "" && q.opts.DedupWindow > 0
@@ -171,9 +171,11 @@ func (q *Queue) appendLocked(p *partition, msg *Message, size int, now time.Time
 	q.bytes.Add(int64(size))
 	q.depth.Add(1)
 	return commitReq{
-		app:  Append{Queue: q.name, Partition: p.index, Message: msg},
-		part: p,
-		sync: q.opts.Durability == DurabilityFsync,
+		app:   Append{Queue: q.name, Partition: p.index, Message: msg},
+		part:  p,
+		sync:  q.opts.Durability == DurabilityFsync,
+		id:    PartitionID{q.name, p.index},
+		epoch: p.epoch,
 	}
 }
 
@@ -282,6 +284,9 @@ func (q *Queue) groupLocked(name string) *group {
 	g := newGroup(q, name)
 	q.groups[name] = g
 	for _, cur := range g.cursors {
+		if !cur.p.owned {
+			continue
+		}
 		cur.p.flushLocked(&Batch{Floors: []FloorWrite{{Queue: q.name, Group: name, Partition: cur.p.index, Floor: cur.floor}}})
 		cur.savedFloor = cur.floor
 	}

@@ -1,0 +1,228 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// Ownership: a partition is served by the node that acquired it, with an
+// epoch that only grows. Acquire loads the partition alone from storage and
+// raises its committer's fence to the epoch, so that a write carrying an
+// older epoch fails with ErrFenced; Release drains it: leases go back to
+// their groups, settlements are flushed, and the partition refuses new work
+// until it is acquired again. A single node acquires every partition with
+// epoch 1 when it starts or creates a queue; a cluster calls them as
+// ownership moves.
+
+// SingleNodeEpoch is the epoch of every partition on a single node.
+const SingleNodeEpoch = 1
+
+// PartitionID names one partition of one queue.
+type PartitionID struct {
+	Queue     string
+	Partition int
+}
+
+func (id PartitionID) String() string { return id.Queue + "/" + strconv.Itoa(id.Partition) }
+
+// Acquire loads partition id from storage and serves it with epoch: it
+// accepts publishes and delivers to its groups' consumers. An epoch below
+// the partition's fence fails with ErrFenced; acquiring an owned partition
+// again with the same epoch does nothing.
+func (m *Manager) Acquire(ctx context.Context, id PartitionID, epoch uint64) error {
+	p, err := m.partition(id)
+	if err != nil {
+		return err
+	}
+	return m.acquire(p, epoch)
+}
+
+func (m *Manager) acquire(p *partition, epoch uint64) error {
+	q := p.q
+	id := PartitionID{q.name, p.index}
+	q.lockAll()
+	if p.owned && p.epoch == epoch {
+		q.unlockAll()
+		return nil
+	}
+	if err := p.c.fence(id, epoch); err != nil {
+		q.unlockAll()
+		return err
+	}
+	err := p.loadLocked(epoch)
+	if err == nil {
+		p.dispatchLocked(m.now())
+	}
+	q.unlockAll()
+	if err != nil {
+		return err
+	}
+	m.log.Debug("partition acquired", "partition", id.String(), "epoch", epoch)
+	return nil
+}
+
+// Release stops serving partition id: its consumers' leases on it are
+// taken back (their late settlements change nothing; the next owner
+// delivers those messages again, the cut delivery counted as ended, as a
+// lost lease is), its settlements are flushed and synced, and publishes to
+// it fail with ErrNotOwned until it is acquired again. It returns once the appends in
+// flight and the flush are stored.
+func (m *Manager) Release(ctx context.Context, id PartitionID) error {
+	p, err := m.partition(id)
+	if err != nil {
+		return err
+	}
+	q := p.q
+	var k kicks
+	q.lockAll()
+	if !p.owned {
+		q.unlockAll()
+		return nil
+	}
+	p.owned = false
+	for _, l := range p.leasesWhere(func(*Lease) bool { return true }) {
+		p.revokeLocked(l, &k)
+	}
+	b := new(Batch)
+	p.flushStateLocked(b)
+	done := make(chan error, 1)
+	// Submitted after every append of the partition: the committer
+	// completes in order, so the flush completing means they did too.
+	p.c.submit(commitReq{batch: b, sync: true, done: func(err error) { done <- err }})
+	q.unlockAll()
+	k.run()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err != nil {
+		return err
+	}
+	q.lockAll()
+	if !p.owned {
+		p.unloadLocked()
+	}
+	q.unlockAll()
+	m.log.Debug("partition released", "partition", id.String())
+	return nil
+}
+
+// partition returns the partition named by id.
+func (m *Manager) partition(id PartitionID) (*partition, error) {
+	q := m.Queue(id.Queue)
+	if q == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoSuchQueue, id.Queue)
+	}
+	if id.Partition < 0 || id.Partition >= len(q.parts) {
+		return nil, fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, id.Partition, len(q.parts))
+	}
+	return q.parts[id.Partition], nil
+}
+
+// acquireAll acquires every partition of q and of its dead-letter queue
+// with the single node's epoch.
+func (m *Manager) acquireAll(q *Queue) error {
+	for _, x := range []*Queue{q, q.dlq} {
+		for _, p := range x.parts {
+			if err := m.acquire(p, SingleNodeEpoch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// loadLocked reads the partition's bounds, the state of every group on it
+// and its dedup-ids from storage, and serves it with epoch. Every lock of
+// the queue must be held.
+func (p *partition) loadLocked(epoch uint64) error {
+	q := p.q
+	name, i := q.name, p.index
+	first, next, err := p.store.Bounds(name, i)
+	if err != nil {
+		return fmt.Errorf("queue: reading bounds of %s/%d: %w", name, i, err)
+	}
+	states, err := p.store.Groups(name, i)
+	if err != nil {
+		return fmt.Errorf("queue: reading groups of %s/%d: %w", name, i, err)
+	}
+	ids, err := p.store.Dedups(name, i)
+	if err != nil {
+		return fmt.Errorf("queue: reading dedup-ids of %s/%d: %w", name, i, err)
+	}
+	p.unloadLocked()
+	q.depth.Add(int64(next-first) - int64(p.next-p.first))
+	p.first, p.next, p.committed = first, next, next
+	p.ring = newRing(next, p.ring.o)
+	p.sizes = make([]uint32, next-first)
+	if q.opts.MaxBytes > 0 {
+		if err := p.loadSizes(name); err != nil {
+			return fmt.Errorf("queue: reading sizes of %s/%d: %w", name, i, err)
+		}
+		q.bytes.Add(p.bytes)
+	}
+	q.dedupMu.Lock()
+	for id, at := range ids {
+		q.dedup.restore(id, i, at)
+	}
+	q.dedup.sortOrder()
+	q.dedupMu.Unlock()
+	for _, st := range states {
+		if q.groups[st.Group] == nil {
+			q.groups[st.Group] = newGroup(q, st.Group)
+		}
+	}
+	for _, g := range q.groups {
+		g.cursors[i] = newCursor(g, p)
+	}
+	for _, st := range states {
+		q.groups[st.Group].cursors[i].restore(st)
+	}
+	p.owned, p.epoch = true, epoch
+	return nil
+}
+
+// unloadLocked forgets what the partition holds in memory. Every lock of
+// the queue must be held.
+func (p *partition) unloadLocked() {
+	q := p.q
+	q.bytes.Add(-p.bytes)
+	p.bytes = 0
+	p.sizes = nil
+	p.ring = newRing(p.next, p.ring.o)
+	for _, g := range q.groups {
+		g.cursors[p.index] = newCursor(g, p)
+	}
+}
+
+// restore sets a fresh cursor to the group's stored state.
+func (c *cursor) restore(st GroupState) {
+	c.floor = max(st.Floor, c.p.first)
+	c.next, c.savedFloor = c.floor, st.Floor
+	c.delivered = max(st.Delivered, c.floor)
+	c.savedDelivered = st.Delivered
+	for _, off := range st.Settled {
+		if off >= c.floor {
+			c.settled[off] = true
+		}
+	}
+	for off, n := range st.Deliveries {
+		c.counts[off] = n
+	}
+	c.crashedDeliveries()
+}
+
+// servingLocked reports why the partition takes no work, or nil when it
+// does. Its lock must be held.
+func (p *partition) servingLocked() error {
+	switch {
+	case p.q.closed:
+		return ErrClosed
+	case !p.owned:
+		return fmt.Errorf("%w: %s/%d", ErrNotOwned, p.q.name, p.index)
+	}
+	return nil
+}
+
