@@ -225,4 +225,3 @@ func (p *partition) servingLocked() error {
 	}
 	return nil
 }
-
