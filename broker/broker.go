@@ -89,7 +89,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		"queues", len(b.manager.Queues())/2, "took", time.Since(start).Round(time.Millisecond))
 
 	b.server = newMQTTServer(log, cfg.Storage.MaxPayload)
-	b.hook = hooks.New(hooks.Options{Manager: b.manager, Server: b.server, Logger: log,
+	b.hook = hooks.New(hooks.Options{Queues: b.manager, Server: b.server, Logger: log,
 		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second)})
 	if err := b.server.AddHook(newAccessHook(cfg.Protocol.DenySubscribe), nil); err != nil {
 		b.closeStorage(context.Background())

@@ -33,10 +33,10 @@ type conn struct {
 	out  []delivery
 	wake chan struct{}
 	// leases maps the packet ID of each outstanding QoS 1 delivery.
-	leases map[uint16]*queue.Lease
+	leases map[uint16]lease
 	// explicit maps leases of explicit-settlement subscriptions by
 	// queue, group and msg-id (see explicitKey).
-	explicit map[string]*queue.Lease
+	explicit map[string]queue.LeaseRef
 	// subs are the client's queue subscriptions by filter.
 	subs map[string]*subscription
 	// unsubbed lists, by UNSUBSCRIBE packet ID, the positions of the queue
@@ -53,6 +53,12 @@ type ackSlot struct {
 	id   uint16
 	err  error
 	done bool
+}
+
+// lease is a delivery awaiting its PUBACK.
+type lease struct {
+	ref      queue.LeaseRef
+	explicit bool // the PUBACK only says received
 }
 
 type delivery struct {
@@ -77,8 +83,8 @@ func newConn(h *Hook, cl *mqtt.Client) *conn {
 		window:      make(chan struct{}, h.opts.ProducerWindow),
 		done:        make(chan struct{}),
 		wake:        make(chan struct{}, 1),
-		leases:      map[uint16]*queue.Lease{},
-		explicit:    map[string]*queue.Lease{},
+		leases:      map[uint16]lease{},
+		explicit:    map[string]queue.LeaseRef{},
 		unsubbed:    map[uint16][]int{},
 		pendingSubs: map[uint16][]*subscription{},
 		subs:        map[string]*subscription{},
@@ -122,9 +128,9 @@ func (c *conn) write() {
 		for _, a := range acks {
 			w.buf = appendPuback(w.buf, c.v5, a.id, a.code, w.reason(a.reason))
 		}
-		var qos0 []*queue.Lease
+		var qos0 []queue.LeaseRef
 		for i := range outs {
-			if l := c.prepare(w, outs[i]); l != nil {
+			if l, ok := c.prepare(w, outs[i]); ok {
 				qos0 = append(qos0, l)
 			}
 			outs[i] = delivery{}
@@ -136,7 +142,7 @@ func (c *conn) write() {
 			<-c.window
 		}
 		for _, l := range qos0 {
-			_ = l.Settle(queue.Ack)
+			_ = c.h.m.Settle(l, queue.Ack)
 		}
 		if stop != nil {
 			c.h.log.Warn("disconnecting MQTT 3.1.1 producer: publish not stored", "client", c.cl.ID, "err", stop)

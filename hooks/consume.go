@@ -24,7 +24,7 @@ type subscription struct {
 	raw      string
 	filter   queue.Filter
 	qos      byte
-	consumer *queue.Consumer
+	consumer queue.Subscription
 	// held keeps deliveries until the SUBACK is written (see OnSubscribed);
 	// started says it was. Both guarded by the conn's lock.
 	held    []delivery
@@ -55,14 +55,14 @@ func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 			continue
 		}
 		f, err := queue.ParseFilter(sub.Filter)
-		var q *queue.Queue
+		var n int
 		if err == nil {
-			q, err = h.m.Open(h.ctx, f.Queue)
+			n, err = h.m.Partitions(h.ctx, f.Queue)
 		}
 		if err == nil {
 			var o subOptions
-			if o, err = subscriptionOptions(f, sub, pk.Properties.User, q.Options().Partitions); err == nil && len(o.Partitions) > 0 {
-				err = q.CheckPartitions(o.filter.Group, o.Partitions)
+			if o, err = subscriptionOptions(f, sub, pk.Properties.User, n); err == nil && len(o.Partitions) > 0 {
+				err = h.m.CheckPartitions(h.ctx, f.Queue, o.filter.Group, o.Partitions)
 			}
 		}
 		if err != nil {
@@ -224,12 +224,12 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 	if err != nil {
 		return nil
 	}
-	q, err := h.m.Open(h.ctx, f.Queue)
+	n, err := h.m.Partitions(h.ctx, f.Queue)
 	if err != nil {
 		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
 		return nil
 	}
-	o, err := subscriptionOptions(f, sub, props, q.Options().Partitions)
+	o, err := subscriptionOptions(f, sub, props, n)
 	if err != nil {
 		return nil
 	}
@@ -252,7 +252,7 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 	c.mu.Lock()
 	c.subs[sub.Filter] = s
 	c.mu.Unlock()
-	cons, err := q.Subscribe(o.filter.Group, s, o.ConsumerOptions)
+	cons, err := h.m.Subscribe(h.ctx, o.filter, s, o.ConsumerOptions)
 	if err != nil {
 		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
 		return nil
@@ -295,7 +295,7 @@ func (s *subscription) Deliver(d queue.Delivery) {
 // scans and sorts that table after every packet the client sends while it
 // is not empty, and its NextImmediate takes the table's read lock twice,
 // which deadlocks against a concurrent writer. See docs/DESIGN.md.
-func (c *conn) prepare(w *wire, dl delivery) (qos0 *queue.Lease) {
+func (c *conn) prepare(w *wire, dl delivery) (qos0 queue.LeaseRef, settle bool) {
 	d, s := dl.d, dl.sub
 	m := d.Message
 	topic, moved := s.filter.DeliveryTopic(m.Subject)
@@ -312,17 +312,17 @@ func (c *conn) prepare(w *wire, dl delivery) (qos0 *queue.Lease) {
 		id, ok := c.reservePacketID()
 		if !ok {
 			c.h.log.Warn("no free packet ID; delivery returned", "client", c.cl.ID, "queue", d.Queue)
-			_ = d.Lease.Settle(queue.Nack)
-			return nil
+			_ = c.h.m.Settle(d.Lease, queue.Nack)
+			return queue.LeaseRef{}, false
 		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return nil
+			return queue.LeaseRef{}, false
 		}
 		h.id = id
-		c.leases[id] = d.Lease
-		if d.Lease.Explicit() {
+		c.leases[id] = lease{ref: d.Lease, explicit: d.Explicit}
+		if d.Explicit {
 			c.explicit[explicitKey(d.Queue, s.filter.Group, d.ID())] = d.Lease
 		}
 		c.mu.Unlock()
@@ -338,13 +338,10 @@ func (c *conn) prepare(w *wire, dl delivery) (qos0 *queue.Lease) {
 			delete(c.leases, h.id)
 			c.mu.Unlock()
 		}
-		_ = d.Lease.Settle(queue.Reject)
-		return nil
+		_ = c.h.m.Settle(d.Lease, queue.Reject)
+		return queue.LeaseRef{}, false
 	}
-	if s.qos == 0 {
-		return d.Lease
-	}
-	return nil
+	return d.Lease, s.qos == 0
 }
 
 // reservePacketID picks a packet ID free both in mochi's table and in the

@@ -15,8 +15,9 @@ import (
 
 // Options configure the queue hook.
 type Options struct {
-	// Manager holds the queues. Required.
-	Manager *queue.Manager
+	// Queues serves the queues (a queue.Manager on a single node).
+	// Required.
+	Queues queue.Service
 	// Server is the mochi server the hook is added to. With it, queue
 	// subscriptions are kept out of mochi's topic index, so that nothing
 	// mochi publishes itself (wills, retained messages) reaches a consumer
@@ -36,7 +37,7 @@ type Options struct {
 type Hook struct {
 	mqtt.HookBase
 	opts Options
-	m    *queue.Manager
+	m    queue.Service
 	log  *slog.Logger
 	ctx  context.Context
 
@@ -81,7 +82,7 @@ func New(o Options) *Hook {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Hook{opts: o, m: o.Manager, log: o.Logger, ctx: context.Background(), byID: map[string]*conn{},
+	return &Hook{opts: o, m: o.Queues, log: o.Logger, ctx: context.Background(), byID: map[string]*conn{},
 		props: map[string]map[string][]packets.UserProperty{}}
 }
 
@@ -281,14 +282,16 @@ func (h *Hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		return pk, nil
 	}
 	c.mu.Lock()
-	l := c.leases[pk.PacketID]
+	l, ok := c.leases[pk.PacketID]
 	delete(c.leases, pk.PacketID)
 	c.mu.Unlock()
-	if l != nil && l.Explicit() {
-		l.Received() // settled later, by a $ack/$nack/$reject publish
-	} else if l != nil {
-		if err := l.Settle(outcomeFor(pk.ReasonCode)); err != nil {
-			h.log.Debug("late settlement ignored", "client", cl.ID, "msg_id", l.ID(), "err", err)
+	switch {
+	case !ok:
+	case l.explicit:
+		h.m.Received(l.ref) // settled later, by a $ack/$nack/$reject publish
+	default:
+		if err := h.m.Settle(l.ref, outcomeFor(pk.ReasonCode)); err != nil {
+			h.log.Debug("late settlement ignored", "client", cl.ID, "msg_id", l.ref.ID(), "err", err)
 		}
 	}
 	return pk, nil

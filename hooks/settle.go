@@ -75,24 +75,24 @@ func (h *Hook) applySettlement(cl *mqtt.Client, pk packets.Packet, t queue.Topic
 	}
 	key := explicitKey(t.Queue, group, msgID)
 	c.mu.Lock()
-	l := c.explicit[key]
-	if l != nil && t.Verb != queue.VerbExtend {
+	l, ok := c.explicit[key]
+	if ok && t.Verb != queue.VerbExtend {
 		delete(c.explicit, key)
 	}
 	c.mu.Unlock()
-	if l == nil {
+	if !ok {
 		return fmt.Errorf("%w: %s", errNotYourMsg, msgID)
 	}
 	var err error
 	switch t.Verb {
 	case queue.VerbAck:
-		err = l.Settle(queue.Ack)
+		err = h.m.Settle(l, queue.Ack)
 	case queue.VerbNack:
-		err = l.Settle(queue.Nack)
+		err = h.m.Settle(l, queue.Nack)
 	case queue.VerbReject:
-		err = l.Settle(queue.Reject)
+		err = h.m.Settle(l, queue.Reject)
 	case queue.VerbExtend:
-		err = l.Extend()
+		err = h.m.Extend(l)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %s", err, msgID)

@@ -26,7 +26,7 @@ func deadLetters(t *testing.T, m *queue.Manager, q string, payloads ...string) {
 	}
 	for i := range payloads {
 		d := r.wait(t, i+1)[i]
-		if err := d.Lease.Settle(queue.Reject); err != nil {
+		if err := m.Settle(d.Lease, queue.Reject); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -81,7 +81,7 @@ func TestAdminReplayOfAParkedDeadLetterKeepsKeyOrder(t *testing.T) {
 	}
 
 	// Once a is settled, c comes next: b left the line, the key is not stuck.
-	if err := a.Lease.Settle(queue.Ack); err != nil {
+	if err := m.Settle(a.Lease, queue.Ack); err != nil {
 		t.Fatal(err)
 	}
 	if d := r.wait(t, 2)[1]; payload(d) != "c" {
@@ -110,7 +110,7 @@ func TestAdminReplayTakesBackALeasedDeadLetter(t *testing.T) {
 	if err != nil || len(done) != 2 {
 		t.Fatalf("replay all: %+v, %v", done, err)
 	}
-	if err := a.Lease.Settle(queue.Ack); !errors.Is(err, queue.ErrNotLeased) {
+	if err := m.Settle(a.Lease, queue.Ack); !errors.Is(err, queue.ErrNotLeased) {
 		t.Fatalf("settling a replayed dead letter: %v, want ErrNotLeased", err)
 	}
 	waitDepth(t, q.DLQ(), 0)
@@ -145,7 +145,7 @@ func TestAdminPurgeTakesBackLeasesAndFreesKeys(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatalf("purge: %d, %v; want 3", n, err)
 	}
-	if err := a.Lease.Settle(queue.Ack); !errors.Is(err, queue.ErrNotLeased) {
+	if err := m.Settle(a.Lease, queue.Ack); !errors.Is(err, queue.ErrNotLeased) {
 		t.Fatalf("settling a purged message: %v, want ErrNotLeased", err)
 	}
 	info := q.Info()

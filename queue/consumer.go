@@ -18,12 +18,15 @@ type Receiver interface {
 
 // Delivery is one delivery of a message to a consumer.
 type Delivery struct {
-	Lease     *Lease
+	Lease     LeaseRef
 	Queue     string
 	Partition int
 	Message   *Message
 	// Count is the delivery-count: 1 on the first delivery to the group.
 	Count uint32
+	// Explicit: the consumer settles by explicit calls; its PUBACK only
+	// says the delivery was received (Service.Received).
+	Explicit bool
 }
 
 // ID returns the delivery's msg-id.
@@ -185,13 +188,15 @@ func (c *Consumer) Group() string { return c.g.name }
 
 // Lease is the claim of one consumer on one delivered message. It ends when
 // the message is settled, when it runs out (ack_timeout) or when the
-// consumer leaves; only an active lease can settle the message.
+// consumer leaves; only an active lease can settle the message. Guarded by
+// its partition's lock. Outside the package a lease is named by a LeaseRef.
 type Lease struct {
 	cur        *cursor
 	consumer   *Consumer
 	m          *Message
 	deliveries uint32
 	deadline   time.Time
+	seq        uint64
 	// active: the lease holds the message. slot: the delivery still counts
 	// against the consumer's credit (until its PUBACK arrives; for an
 	// explicit consumer until it is settled, or its lease is lost after the
@@ -202,13 +207,30 @@ type Lease struct {
 	hidx         int // index in the partition's lease heap; -1 when not in it
 }
 
-// Explicit reports whether the lease is settled explicitly rather than by PUBACK.
-func (l *Lease) Explicit() bool { return l.explicit }
+// LeaseRef names one lease: a value that can be kept, compared and, in a
+// cluster, sent to another node. Seq tells a lease from a later one on the
+// same message. A LeaseRef made by this node also finds its lease without
+// a lookup.
+type LeaseRef struct {
+	Partition PartitionID
+	Group     string
+	Offset    uint64
+	Seq       uint64
 
-// Received records the PUBACK of an explicit consumer's delivery: the
+	l *Lease
+}
+
+// ID returns the leased message's msg-id.
+func (r LeaseRef) ID() string { return MessageID(r.Partition.Partition, r.Offset) }
+
+func (l *Lease) ref() LeaseRef {
+	return LeaseRef{Partition: PartitionID{l.cur.g.q.name, l.cur.p.index}, Group: l.cur.g.name, Offset: l.m.Offset, Seq: l.seq, l: l}
+}
+
+// received records the PUBACK of an explicit consumer's delivery: the
 // message stays leased until it is settled, but once the lease is lost the
 // consumer's credit slot is free again.
-func (l *Lease) Received() {
+func (l *Lease) receivedPuback() {
 	p := l.cur.p
 	var k kicks
 	p.mu.Lock()
@@ -233,15 +255,8 @@ const (
 	Reject
 )
 
-// Settle ends the delivery with o and frees the consumer's credit slot. It
-// returns ErrNotLeased when the lease already ended (lost to ack_timeout,
-// or the consumer left): the message is then untouched.
-func (l *Lease) Settle(o Outcome) error {
-	return l.cur.g.q.settle(l, o)
-}
-
-// Extend renews an active lease for another ack_timeout.
-func (l *Lease) Extend() error {
+// extend renews an active lease for another ack_timeout.
+func (l *Lease) extend() error {
 	p := l.cur.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -252,6 +267,3 @@ func (l *Lease) Extend() error {
 	heap.Fix(&p.leases, l.hidx)
 	return nil
 }
-
-// ID returns the leased message's msg-id.
-func (l *Lease) ID() string { return MessageID(l.cur.p.index, l.m.Offset) }

@@ -66,9 +66,9 @@ type cursor struct {
 	parked  int                  // messages parked behind blocked keys
 	counts  map[uint64]uint32    // ended deliveries of unsettled offsets, as on disk
 	leased  int
-	out     map[uint64]struct{} // offsets with an active lease
-	rr      int                 // next consumer to try
-	starved atomic.Bool         // see group.starved
+	out     map[uint64]*Lease // active leases by offset
+	rr      int               // next consumer to try
+	starved atomic.Bool       // see group.starved
 
 	ra       []*Message // read-ahead from storage covering [raFrom, raTo)
 	raPos    int
@@ -100,7 +100,7 @@ func newGroup(q *Queue, name string) *group {
 // newCursor returns g's cursor of p at the partition's first offset.
 func newCursor(g *group, p *partition) *cursor {
 	return &cursor{g: g, p: p, floor: p.first, next: p.first, delivered: p.first, savedDelivered: p.first,
-		settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}, out: map[uint64]struct{}{}}
+		settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}, out: map[uint64]*Lease{}}
 }
 
 func (g *group) addConsumer(c *Consumer) {
@@ -337,11 +337,12 @@ func (k kicks) run() {
 
 func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, now time.Time) {
 	q := g.q
-	l := &Lease{cur: cur, consumer: c, m: m, deliveries: prior + 1,
+	cur.p.seq++
+	l := &Lease{cur: cur, consumer: c, m: m, deliveries: prior + 1, seq: cur.p.seq,
 		deadline: now.Add(q.opts.AckTimeout), active: true, slot: true, explicit: c.explicit}
 	heap.Push(&cur.p.leases, l)
 	cur.leased++
-	cur.out[m.Offset] = struct{}{}
+	cur.out[m.Offset] = l
 	if m.Offset >= cur.delivered {
 		cur.delivered = m.Offset + 1
 		cur.dirty = true
@@ -350,7 +351,7 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, 
 	if prior > 0 {
 		q.stats.Redelivered.Add(1)
 	}
-	c.r.Deliver(Delivery{Lease: l, Queue: q.name, Partition: cur.p.index, Message: m, Count: l.deliveries})
+	c.r.Deliver(Delivery{Lease: l.ref(), Queue: q.name, Partition: cur.p.index, Message: m, Count: l.deliveries, Explicit: l.explicit})
 }
 
 // nextLocked returns the cursor's next deliverable message and how many of

@@ -317,12 +317,16 @@ func (m *Manager) Publish(ctx context.Context, name string, msg *Message, done f
 }
 
 // Subscribe adds a consumer to the filter's queue and group.
-func (m *Manager) Subscribe(ctx context.Context, f Filter, r Receiver, o ConsumerOptions) (*Consumer, error) {
+func (m *Manager) Subscribe(ctx context.Context, f Filter, r Receiver, o ConsumerOptions) (Subscription, error) {
 	q, err := m.Open(ctx, f.Queue)
 	if err != nil {
 		return nil, err
 	}
-	return q.Subscribe(f.Group, r, o)
+	c, err := q.Subscribe(f.Group, r, o)
+	if err != nil {
+		return nil, err // not a nil *Consumer in a non-nil interface
+	}
+	return c, nil
 }
 
 func (m *Manager) run() {

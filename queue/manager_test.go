@@ -105,7 +105,7 @@ func TestQueueStorageFailureIsReportedAndNothingDelivered(t *testing.T) {
 	if string(ds[0].Message.Payload) != "ok" {
 		t.Fatalf("first delivery %q", ds[0].Message.Payload)
 	}
-	if err := ds[0].Lease.Settle(queue.Ack); err != nil {
+	if err := m.Settle(ds[0].Lease, queue.Ack); err != nil {
 		t.Fatal(err)
 	}
 	ds = r.wait(t, 2)
@@ -137,7 +137,7 @@ func TestQueueBacklogIsReadFromStorageAfterRestart(t *testing.T) {
 		ds := r.wait(t, acked+1)
 		d := ds[acked]
 		seen[string(d.Message.Payload)] = true
-		if err := d.Lease.Settle(queue.Ack); err != nil {
+		if err := m.Settle(d.Lease, queue.Ack); err != nil {
 			t.Fatal(err)
 		}
 	}

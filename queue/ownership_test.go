@@ -101,7 +101,7 @@ func TestQueueReleaseHandsLeasesBackAndRefusesPublishes(t *testing.T) {
 	if err := publishWait(m, "jobs", &Message{Key: k1, Payload: []byte("other")}); err != nil {
 		t.Fatalf("publish to the partition still owned: %v", err)
 	}
-	if err := onP0.Lease.Settle(Ack); !errors.Is(err, ErrNotLeased) {
+	if err := m.Settle(onP0.Lease, Ack); !errors.Is(err, ErrNotLeased) {
 		t.Fatalf("settling a lease of a released partition: %v, want ErrNotLeased", err)
 	}
 	if err := m.Acquire(ctx, id, 2); err != nil {

@@ -38,8 +38,9 @@ type partition struct {
 	bytes int64
 
 	// leases holds the active leases of every group on the partition,
-	// soonest deadline first.
+	// soonest deadline first; seq numbers them.
 	leases leaseHeap
+	seq    uint64
 
 	// appends collects the partition's messages of one completed commit;
 	// only the completer goroutine of the partition's committer touches it.

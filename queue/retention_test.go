@@ -24,7 +24,7 @@ func TestQueueDelayHoldsWhenParkedBehindItsKey(t *testing.T) {
 	}
 	ds := r.wait(t, 1)
 	start := time.Now()
-	ds[0].Lease.Settle(queue.Ack)
+	m.Settle(ds[0].Lease, queue.Ack)
 	time.Sleep(100 * time.Millisecond)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -107,7 +107,7 @@ func TestQueueRejectIntoFullDeadLetterQueueByBytes(t *testing.T) {
 		}
 		ds := r.wait(t, i+1)
 		done := make(chan error, 1)
-		go func() { done <- ds[i].Lease.Settle(queue.Reject) }()
+		go func() { done <- m.Settle(ds[i].Lease, queue.Reject) }()
 		select {
 		case <-done:
 		case <-time.After(2 * time.Second):

@@ -112,7 +112,7 @@ func fillForMigration(t *testing.T, dir string, shards int) int {
 		if i%10 == 9 {
 			outcome = queue.Nack
 		}
-		if err := log.wait(t, i).Lease.Settle(outcome); err != nil {
+		if err := m.Settle(log.wait(t, i).Lease, outcome); err != nil {
 			t.Fatal(err)
 		}
 	}

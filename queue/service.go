@@ -1,0 +1,109 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+)
+
+// Service is what the MQTT side asks of the queues: publish, subscribe,
+// settle and extend, with leases named by LeaseRef values. Manager
+// implements it for the partitions of one node; a cluster implements it
+// by forwarding to the node that owns a partition.
+type Service interface {
+	// Publish appends msg to the named queue, creating the queue when
+	// allowed; done runs once it is stored or failed (see Queue.Publish).
+	Publish(ctx context.Context, queue string, msg *Message, done func(error))
+	// Partitions opens the named queue, creating it when allowed, and
+	// returns its partition count.
+	Partitions(ctx context.Context, queue string) (int, error)
+	// CheckPartitions reports whether a consumer of the group may claim the
+	// partitions ps (see Queue.CheckPartitions).
+	CheckPartitions(ctx context.Context, queue, group string, ps []int) error
+	// Subscribe adds a consumer to the filter's queue and group.
+	Subscribe(ctx context.Context, f Filter, r Receiver, o ConsumerOptions) (Subscription, error)
+	// Settle ends the delivery with o and frees the consumer's credit
+	// slot; ErrNotLeased when the lease already ended (the message is then
+	// untouched).
+	Settle(l LeaseRef, o Outcome) error
+	// Received records the PUBACK of an explicit consumer's delivery: the
+	// message stays leased until it is settled, but once the lease is lost
+	// the consumer's credit slot is free again.
+	Received(l LeaseRef)
+	// Extend renews an active lease for another ack_timeout.
+	Extend(l LeaseRef) error
+}
+
+// Subscription is a consumer as its connection holds it.
+type Subscription interface {
+	// Close leaves the group: every message the consumer holds goes back to
+	// the group at once (the ended delivery counts toward max_deliveries).
+	Close()
+}
+
+var (
+	_ Service      = (*Manager)(nil)
+	_ Subscription = (*Consumer)(nil)
+)
+
+// Partitions opens the named queue and returns its partition count.
+func (m *Manager) Partitions(ctx context.Context, queue string) (int, error) {
+	q, err := m.Open(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	return len(q.parts), nil
+}
+
+// CheckPartitions opens the named queue and checks a claim of partitions ps.
+func (m *Manager) CheckPartitions(ctx context.Context, queue, group string, ps []int) error {
+	q, err := m.Open(ctx, queue)
+	if err != nil {
+		return err
+	}
+	return q.CheckPartitions(group, ps)
+}
+
+// Settle ends the delivery l names with o.
+func (m *Manager) Settle(l LeaseRef, o Outcome) error {
+	x, err := m.lease(l)
+	if err != nil {
+		return err
+	}
+	return x.cur.g.q.settle(x, o)
+}
+
+// Received records the PUBACK of an explicit consumer's delivery.
+func (m *Manager) Received(l LeaseRef) {
+	if x, err := m.lease(l); err == nil {
+		x.receivedPuback()
+	}
+}
+
+// Extend renews the lease l names.
+func (m *Manager) Extend(l LeaseRef) error {
+	x, err := m.lease(l)
+	if err != nil {
+		return err
+	}
+	return x.extend()
+}
+
+// lease returns the lease r names: r's own when this node made it, else
+// the active lease of r's group on r's message, if it is the same one.
+func (m *Manager) lease(r LeaseRef) (*Lease, error) {
+	if r.l != nil {
+		return r.l, nil
+	}
+	p, err := m.partition(r.Partition)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if g := p.q.groups[r.Group]; g != nil {
+		if l := g.cursors[p.index].out[r.Offset]; l != nil && l.seq == r.Seq {
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s in group %s", ErrNotLeased, r.ID(), r.Group)
+}
