@@ -27,8 +27,8 @@
 // Every key is optional; a key left out keeps its value from the levels
 // below. Durations are Go duration strings ("500ms", "30s", "168h"); sizes
 // and counts are integers (bytes for sizes): 2.5 or 1e3 is an error, never
-// rounded. A key the schema does not know
-// is an error, so a misspelt setting is never silently ignored.
+// rounded. A key the schema does not know is an error, so a misspelt
+// setting is never silently ignored.
 //
 //	node_id: node-1         # default: the host name
 //	data_dir: ./data

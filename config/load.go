@@ -19,24 +19,25 @@ import (
 type setting struct {
 	flag  string // the flag's name, without dashes
 	path  string // the YAML path
-	usage string // the flag's usage; the name of its value in backquotes
+	value string // the name of its value, for the usage text
+	usage string // what it sets
 	def   string // the default, for the usage text
 	// set stores v in c; it returns why v is invalid, or "".
 	set func(c *Config, v string) string
 }
 
 var settings = []setting{
-	{"data-dir", "data_dir", "`DIR` holding the queues' data", "./data",
+	{"data-dir", "data_dir", "DIR", "the directory holding the queues' data", "./data",
 		text(func(c *Config) *string { return &c.DataDir })},
-	{"mqtt", "listen.mqtt", "`ADDR` (host:port) to listen on for MQTT", ":1883",
+	{"mqtt", "listen.mqtt", "ADDR", "the address (host:port) to listen on for MQTT", ":1883",
 		text(func(c *Config) *string { return &c.MQTT })},
-	{"ws", "listen.ws", "`ADDR` to listen on for MQTT over WebSocket; empty disables", ":8083",
+	{"ws", "listen.ws", "ADDR", "the address to listen on for MQTT over WebSocket; empty disables", ":8083",
 		text(func(c *Config) *string { return &c.WS })},
-	{"http", "listen.http", "`ADDR` to listen on for HTTP (metrics, health, admin API); empty disables", DefaultHTTP,
+	{"http", "listen.http", "ADDR", "the address to listen on for HTTP (metrics, health, admin API); empty disables", DefaultHTTP,
 		text(func(c *Config) *string { return &c.HTTP })},
-	{"node-id", "node_id", "`ID` of this node, of A-Z a-z 0-9 _ . -", "the host name",
+	{"node-id", "node_id", "ID", "the name of this node, of A-Z a-z 0-9 _ . -", "the host name",
 		text(func(c *Config) *string { return &c.NodeID })},
-	{"log-level", "log_level", "`LEVEL` of the log: debug, info, warn or error", "info",
+	{"log-level", "log_level", "LEVEL", "the least level logged: debug, info, warn or error", "info",
 		func(c *Config, v string) string {
 			l, reason := parseLevel(v)
 			if reason == "" {
@@ -81,7 +82,7 @@ func newFlagSet() (*flag.FlagSet, map[string]*string) {
 	flags := flag.NewFlagSet("shardq serve", flag.ContinueOnError)
 	flags.SetOutput(io.Discard)
 	values := map[string]*string{
-		"config": flags.String("config", "", "YAML config `FILE`"),
+		"config": flags.String("config", "", "the YAML config file"),
 	}
 	for _, s := range settings {
 		values[s.flag] = flags.String(s.flag, "", s.usage)
@@ -104,21 +105,11 @@ flags:
 func Usage(w io.Writer) {
 	var b strings.Builder
 	b.WriteString(serveUsage)
-	flags, _ := newFlagSet()
-	defaults := map[string]string{"config": "none"}
-	for _, s := range settings {
-		defaults[s.flag] = s.def
-	}
-	order := []string{"config"}
-	for _, s := range settings {
-		order = append(order, s.flag)
-	}
-	for _, name := range order {
-		f := flags.Lookup(name)
-		value, usage := flag.UnquoteUsage(f)
-		fmt.Fprintf(&b, "  --%s %s\n", f.Name, value)
-		fmt.Fprintf(&b, "        %s\n", usage)
-		fmt.Fprintf(&b, "        default %s; env %s\n", defaults[name], envName(name))
+	rows := []setting{{flag: "config", value: "FILE", usage: "the YAML config file", def: "none"}}
+	for _, s := range append(rows, settings...) {
+		fmt.Fprintf(&b, "  --%s %s\n", s.flag, s.value)
+		fmt.Fprintf(&b, "        %s\n", s.usage)
+		fmt.Fprintf(&b, "        default %s; env %s\n", s.def, envName(s.flag))
 	}
 	_, _ = io.WriteString(w, b.String())
 }
