@@ -23,7 +23,7 @@ type Config struct {
 	DataDir string // data_dir: where the queues are stored; default "./data"
 	MQTT    string // listen.mqtt: MQTT listen address; default ":1883"
 	WS      string // listen.ws: MQTT over WebSocket; default ":8083", "" disables
-	HTTP    string // listen.http: metrics, health and admin API; default ":9090", "" disables
+	HTTP    string // listen.http: metrics, health and admin API; default ":8990", "" disables
 
 	Queues   Queues   // queues
 	Protocol Protocol // mqtt
@@ -94,7 +94,10 @@ type Admin struct {
 }
 
 // DefaultHTTP is the default HTTP address (metrics, health, admin API).
-const DefaultHTTP = ":9090"
+// It is clear of Prometheus (9090), Grafana (3000) and the range of the
+// Prometheus exporters (9100-9999), so that they run beside a node with
+// their own defaults.
+const DefaultHTTP = ":8990"
 
 // Limits of the storage settings.
 const (

@@ -46,7 +46,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"data_dir", c.DataDir, "./data"},
 		{"listen.mqtt", c.MQTT, ":1883"},
 		{"listen.ws", c.WS, ":8083"},
-		{"listen.http", c.HTTP, ":9090"},
+		{"listen.http", c.HTTP, ":8990"},
 		{"log_level", c.LogLevel, slog.LevelInfo},
 		{"queues.defaults", c.Queues.Defaults, queue.DefaultOptions()},
 		{"queues.auto_create", c.Queues.AutoCreate, true},
@@ -471,7 +471,7 @@ func TestConfigHelp(t *testing.T) {
 		{"--data-dir DIR", "./data", "SHARDQ_DATA_DIR"},
 		{"--mqtt ADDR", ":1883", "SHARDQ_MQTT"},
 		{"--ws ADDR", ":8083", "SHARDQ_WS"},
-		{"--http ADDR", ":9090", "SHARDQ_HTTP"},
+		{"--http ADDR", ":8990", "SHARDQ_HTTP"},
 		{"--node-id ID", "the host name", "SHARDQ_NODE_ID"},
 		{"--log-level LEVEL", "info", "SHARDQ_LOG_LEVEL"},
 	} {

@@ -19,8 +19,8 @@
 //
 // With no flags, no file and no environment, a node is a working single
 // node: MQTT on :1883, MQTT over WebSocket on :8083, HTTP (metrics,
-// health, admin API) on :9090, data in ./data, named after its host, logging
-// at info.
+// health, admin API) on :8990 (clear of Prometheus's 9090 and Grafana's
+// 3000), data in ./data, named after its host, logging at info.
 //
 // # The file
 //
@@ -36,7 +36,7 @@
 //	listen:
 //	  mqtt: ":1883"
 //	  ws: ":8083"           # "" disables
-//	  http: ":9090"         # "" disables
+//	  http: ":8990"         # "" disables
 //	queues:
 //	  defaults:             # apply to every queue, including auto-created ones
 //	    partitions: 8

@@ -71,7 +71,7 @@ func TestCLIServeHelpListsEveryFlag(t *testing.T) {
 		{"--data-dir DIR", "./data", "SHARDQ_DATA_DIR"},
 		{"--mqtt ADDR", ":1883", "SHARDQ_MQTT"},
 		{"--ws ADDR", ":8083", "SHARDQ_WS"},
-		{"--http ADDR", ":9090", "SHARDQ_HTTP"},
+		{"--http ADDR", ":8990", "SHARDQ_HTTP"},
 		{"--node-id ID", "the host name", "SHARDQ_NODE_ID"},
 		{"--log-level LEVEL", "info", "SHARDQ_LOG_LEVEL"},
 	} {
