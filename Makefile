@@ -3,13 +3,27 @@
 
 GO ?= go
 FUZZTIME ?= 20s
+# VERSION and COMMIT are stamped into the binary: `shardq version` prints them.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# PLATFORMS are the GOOS/GOARCH pairs `make cross` builds, without cgo.
+PLATFORMS ?= linux/amd64 linux/arm64
 
-.PHONY: all build test bench bench-compare fuzz lint verify clean
+.PHONY: all build cross test bench bench-compare fuzz lint verify clean
 
 all: build
 
 build:
-	$(GO) build -o bin/shardq ./cmd/shardq
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/shardq ./cmd/shardq
+
+# cross builds static binaries, bin/shardq-linux-amd64 and so on.
+cross:
+	@set -e; for p in $(PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=bin/shardq-$$os-$$arch; \
+		echo "$(GO) build $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $$out ./cmd/shardq; \
+	done
 
 test:
 	$(GO) test -race -timeout 20m ./...

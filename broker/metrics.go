@@ -16,8 +16,10 @@ import (
 	"github.com/shardq/shardq/storage/badger"
 )
 
-// The metrics of a node, all named shardq_* and labelled node (docs/METRICS.md
-// lists them). Two kinds:
+// The metrics of a node, all labelled node (docs/METRICS.md lists them):
+// shardq_* for shardq's own, and the standard go_* and process_* of
+// client_golang's Go and process collectors, under their usual names so that
+// Go and process dashboards find them. Two kinds of shardq_* metrics:
 //   - figures read at scrape time by collector: queue, partition and group
 //     figures from queue.Queue.Info, the queues' running totals, mochi's
 //     server figures and the shards' disk usage. They cost nothing between
@@ -85,10 +87,10 @@ func (b *Broker) instrument(mo *queue.ManagerOptions) error {
 			return err
 		}
 	}
-	// The runtime's and the process's few metrics take the label and the
-	// prefix through a wrapper (which rebuilds each one at every scrape:
-	// too slow for the thousands of queue series above).
-	process := prometheus.WrapRegistererWithPrefix("shardq_", prometheus.WrapRegistererWith(node, b.registry))
+	// The runtime's and the process's few metrics keep their standard
+	// names and take the label through a wrapper (which rebuilds each one
+	// at every scrape: too slow for the thousands of queue series above).
+	process := prometheus.WrapRegistererWith(node, b.registry)
 	if err := process.Register(collectors.NewGoCollector()); err != nil {
 		return err
 	}
@@ -186,7 +188,7 @@ type collector struct {
 	mqtt     []*prometheus.Desc // as mqttFigures
 
 	partitionDepth, groupConsumers, groupLag, groupLeased, groupOldest *prometheus.Desc
-	storageBytes, ready                                                *prometheus.Desc
+	groupSettled, storageBytes, ready                                  *prometheus.Desc
 }
 
 func newCollector(b *Broker, node prometheus.Labels) *collector {
@@ -200,6 +202,7 @@ func newCollector(b *Broker, node prometheus.Labels) *collector {
 		groupLag:       desc("shardq_group_lag", "Messages of the partition the group has not settled.", "queue", "group", "partition"),
 		groupLeased:    desc("shardq_group_leased", "Messages of the partition delivered to the group and not settled (in-flight leases).", "queue", "group", "partition"),
 		groupOldest:    desc("shardq_group_oldest_unsettled_age_seconds", "Age of the oldest message of the partition the group has not settled; 0 when none.", "queue", "group", "partition"),
+		groupSettled:   desc("shardq_group_settled_total", "The group's position: offsets of the queue's partitions it has settled (acked, dead-lettered, or expired or dropped by retention), those before it existed included. Its rate is the group's settle rate.", "queue", "group"),
 		storageBytes:   desc("shardq_storage_disk_bytes", "Bytes a storage shard takes on disk, by kind of file (sst, vlog, wal, other).", "shard", "kind"),
 		ready:          desc("shardq_ready", "1 when the node is ready: storage recovered and listeners up."),
 	}
@@ -220,7 +223,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.mqtt {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.partitionDepth, c.groupConsumers, c.groupLag, c.groupLeased, c.groupOldest, c.storageBytes, c.ready} {
+	for _, d := range []*prometheus.Desc{c.partitionDepth, c.groupConsumers, c.groupLag, c.groupLeased, c.groupOldest, c.groupSettled, c.storageBytes, c.ready} {
 		ch <- d
 	}
 }
@@ -264,6 +267,14 @@ func (c *collector) collectQueue(ch chan<- prometheus.Metric, info queue.Info, n
 	}
 	for _, g := range info.Groups {
 		ch <- prometheus.MustNewConstMetric(c.groupConsumers, prometheus.GaugeValue, float64(g.Consumers), name, g.Name)
+		// The queue keeps no per-group totals; the group's position is
+		// its count of settled offsets: those below its floor and those
+		// it settled above.
+		var settled uint64
+		for _, p := range g.Partitions {
+			settled += p.Floor + uint64(p.SettledAboveFloor)
+		}
+		ch <- prometheus.MustNewConstMetric(c.groupSettled, prometheus.CounterValue, float64(settled), name, g.Name)
 		for _, p := range g.Partitions {
 			part := strconv.Itoa(p.Partition)
 			ch <- prometheus.MustNewConstMetric(c.groupLag, prometheus.GaugeValue, float64(p.Lag), name, g.Name, part)

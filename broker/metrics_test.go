@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -198,6 +199,7 @@ func TestMetricsCountTrafficExactly(t *testing.T) {
 		{"shardq_group_lag", lbl("jobs", "group", "default"), 35},
 		{"shardq_group_leased", lbl("jobs", "group", "default"), 1},
 		{"shardq_group_consumers", lbl("jobs", "group", "default"), 1},
+		{"shardq_group_settled_total", lbl("jobs", "group", "default"), 65},
 		{"shardq_e2e_latency_seconds_count", lbl("jobs"), 60},
 		{"shardq_messages_enqueued_total", lbl("jobs/$dlq"), 5},
 		{"shardq_partition_depth", lbl("jobs/$dlq"), 5},
@@ -221,8 +223,8 @@ func TestMetricsCountTrafficExactly(t *testing.T) {
 		t.Errorf("storage disk bytes %v, want some", n)
 	}
 	for _, s := range samples {
-		if !strings.HasPrefix(s.name, "shardq_") {
-			t.Errorf("metric %s is not named shardq_*", s.name)
+		if !strings.HasPrefix(s.name, "shardq_") && !strings.HasPrefix(s.name, "go_") && !strings.HasPrefix(s.name, "process_") {
+			t.Errorf("metric %s is named neither shardq_* nor go_* or process_*", s.name)
 		}
 		if s.labels["node"] != "node-a" {
 			t.Errorf("metric %s%v has node %q, want node-a", s.name, s.labels, s.labels["node"])
@@ -236,6 +238,7 @@ func TestMetricsCountTrafficExactly(t *testing.T) {
 		{"shardq_messages_delivered_total", lbl("jobs"), 67},
 		{"shardq_group_leased", lbl("jobs", "group", "default"), 1},
 		{"shardq_group_lag", lbl("jobs", "group", "default"), 34},
+		{"shardq_group_settled_total", lbl("jobs", "group", "default"), 66},
 	})
 }
 
@@ -262,8 +265,59 @@ func TestMetricsRedeliveriesAndExpiredLeases(t *testing.T) {
 		{"shardq_messages_dead_lettered_total", lbl("flaky"), 1},
 		{"shardq_messages_acked_total", lbl("flaky"), 0},
 		{"shardq_group_lag", lbl("flaky", "group", "workers"), 0},
+		{"shardq_group_settled_total", lbl("flaky", "group", "workers"), 1},
 		{"shardq_partition_depth", lbl("flaky/$dlq"), 1},
 	})
+}
+
+// TestMetricsGroupSettledRate checks that each group of a queue has its
+// own settle count, so that a slow group shows apart from a fast one.
+func TestMetricsGroupSettledRate(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	for i, p := range payloads(10, "m") {
+		if rc := prod.publish("$queue/shared", p); rc != 0 {
+			t.Fatalf("publish %d: %#x", i, rc)
+		}
+	}
+	// Both groups exist before either settles: retention deletes what
+	// every existing group has settled.
+	slow := dialRaw(t, b.MQTTAddr(), "slow", connectOpts{})
+	slow.subscribe(1, nil, "$share/slow/$queue/shared")
+	fast := dialRaw(t, b.MQTTAddr(), "fast", connectOpts{})
+	fast.subscribe(1, nil, "$share/fast/$queue/shared")
+	for range 10 {
+		fast.puback(fast.next(5*time.Second), 0)
+	}
+	for range 3 {
+		slow.puback(slow.next(5*time.Second), 0)
+	}
+	scrapeUntil(t, b, []expectation{
+		{"shardq_group_settled_total", lbl("shared", "group", "fast"), 10},
+		{"shardq_group_settled_total", lbl("shared", "group", "slow"), 3},
+		{"shardq_group_lag", lbl("shared", "group", "slow"), 7},
+		{"shardq_messages_acked_total", lbl("shared"), 13},
+	})
+}
+
+// TestMetricsStandardGoAndProcess checks that the Go runtime's and the
+// process's metrics carry their standard names, which Go and process
+// dashboards query, and the node label.
+func TestMetricsStandardGoAndProcess(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *config.Config) { c.NodeID = "node-std" })
+	samples := scrape(t, b)
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "go_gc_duration_seconds_count",
+		"process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds"} {
+		v, ok := sum(samples, name, map[string]string{"node": "node-std"})
+		if !ok || v <= 0 {
+			t.Errorf("%s{node=\"node-std\"} = %v (found %v), want a positive value", name, v, ok)
+		}
+	}
+	for _, s := range samples {
+		if strings.HasPrefix(s.name, "shardq_go_") || strings.HasPrefix(s.name, "shardq_process_") {
+			t.Errorf("%s: the runtime's and process's metrics are no longer prefixed", s.name)
+		}
+	}
 }
 
 func TestMetricsOff(t *testing.T) {
@@ -300,7 +354,7 @@ func TestMetricsNamesAreDocumented(t *testing.T) {
 				name = strings.TrimSuffix(name, suffix)
 			}
 		}
-		if strings.HasPrefix(name, "shardq_go_") || strings.HasPrefix(name, "shardq_process_") {
+		if strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") {
 			continue // the Go runtime's and the process's, listed as families
 		}
 		if !strings.Contains(doc, "`"+name+"`") && !slices.Contains(missing, name) {
@@ -319,4 +373,33 @@ func readDoc(t *testing.T, path string) string {
 		t.Fatalf("reading %s: %v", path, err)
 	}
 	return string(data)
+}
+
+// TestMetricsDashboardAndAlertsQueryExportedNames checks that every metric
+// the Grafana dashboard and the alert rules of examples/ query is one a
+// node exports, so that they follow a rename.
+func TestMetricsDashboardAndAlertsQueryExportedNames(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	prod.publish("$queue/doc", []byte("x"))
+	cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+	cons.subscribe(1, nil, "$share/g/$queue/doc")
+	cons.puback(cons.next(5*time.Second), 0)
+	samples := scrapeUntil(t, b, []expectation{{"shardq_messages_acked_total", lbl("doc"), 1}})
+	exported := map[string]bool{}
+	for _, s := range samples {
+		exported[s.name] = true
+	}
+	name := regexp.MustCompile(`\b(?:shardq|go|process)_[a-z0-9_]+\b`)
+	for _, file := range []string{"../examples/grafana/shardq.json", "../examples/shardq-alerts.yml"} {
+		used := name.FindAllString(readDoc(t, file), -1)
+		if len(used) == 0 {
+			t.Errorf("%s queries no metric", file)
+		}
+		for _, m := range used {
+			if !exported[m] {
+				t.Errorf("%s queries %s, which a node does not export", file, m)
+			}
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,7 +23,7 @@ type Config struct {
 	DataDir string // data_dir: where the queues are stored; default "./data"
 	MQTT    string // listen.mqtt: MQTT listen address; default ":1883"
 	WS      string // listen.ws: MQTT over WebSocket; default ":8083", "" disables
-	HTTP    string // listen.http: metrics, health and admin API; default ":9090", "" disables
+	HTTP    string // listen.http: metrics, health and admin API; default ":8990", "" disables
 
 	Queues   Queues   // queues
 	Protocol Protocol // mqtt
@@ -92,6 +93,12 @@ type Admin struct {
 	Metrics bool `yaml:"metrics"`
 }
 
+// DefaultHTTP is the default HTTP address (metrics, health, admin API).
+// It is clear of Prometheus (9090), Grafana (3000) and the range of the
+// Prometheus exporters (9100-9999), so that they run beside a node with
+// their own defaults.
+const DefaultHTTP = ":8990"
+
 // Limits of the storage settings.
 const (
 	MaxShards     = 64
@@ -108,7 +115,7 @@ func Default() *Config {
 		DataDir:  "./data",
 		MQTT:     ":1883",
 		WS:       ":8083",
-		HTTP:     ":9090",
+		HTTP:     DefaultHTTP,
 		LogLevel: slog.LevelInfo,
 		Queues: Queues{
 			Defaults:   queue.DefaultOptions(),
@@ -206,8 +213,14 @@ func (c *Config) Validate() error {
 		fail("storage.max_payload", fmt.Sprintf("must be between 1 and %d (256 MiB), got %d", MaxMaxPayload, s.MaxPayload), nil)
 	}
 
-	if err := c.validateQueue("queues.defaults", c.Queues.Defaults); err != nil {
-		errs = append(errs, err)
+	// A declared queue inherits what it does not set: an invalid default
+	// is named once, at queues.defaults, not again for each queue.
+	bad := map[string]bool{}
+	for _, err := range queueErrors(c.Queues.Defaults) {
+		errs = append(errs, c.queueError("queues.defaults", err))
+		if fe, ok := errors.AsType[*queue.FieldError](err); ok {
+			bad[fe.Field] = true
+		}
 	}
 	names := make([]string, 0, len(c.Queues.Declared))
 	for name := range c.Queues.Declared {
@@ -220,23 +233,89 @@ func (c *Config) Validate() error {
 			fail(path, fmt.Sprintf("queue name must be 1 to 128 characters of A-Z a-z 0-9 _ . -, got %q", name), nil)
 			continue
 		}
-		if err := c.validateQueue(path, c.Queues.Declared[name]); err != nil {
-			errs = append(errs, err)
+		for _, err := range queueErrors(c.Queues.Declared[name]) {
+			if fe, ok := errors.AsType[*queue.FieldError](err); ok && bad[fe.Field] && !c.setHere(path+"."+fe.Field) {
+				continue
+			}
+			errs = append(errs, c.queueError(path, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// validateQueue checks the options of the queue at path.
-func (c *Config) validateQueue(path string, o queue.Options) error {
-	err := o.Validate()
-	if err == nil {
-		return nil
-	}
+// setHere reports whether a value for path was set by itself rather than
+// inherited.
+func (c *Config) setHere(path string) bool {
+	_, ok := c.origin[path]
+	return ok
+}
+
+// queueError returns the error of a setting of the queue at path.
+func (c *Config) queueError(path string, err error) *Error {
 	if fe, ok := errors.AsType[*queue.FieldError](err); ok {
 		return c.errorAt(path+"."+fe.Field, fe.Reason, err)
 	}
 	return c.errorAt(path, err.Error(), err)
+}
+
+// queueErrors returns every invalid setting of o. queue.Options.Validate
+// stops at the first one: each one found is set back to its default and o
+// validated again, until it passes. A setting still invalid at its default
+// depends on another (retry_backoff_max on retry_backoff): the other one,
+// valid alone, is set back to its default then, without an error of its own.
+func queueErrors(o queue.Options) []error {
+	def := queue.DefaultOptions()
+	fields := optionFields()
+	var errs []error
+	reported := map[string]bool{}
+	for range 2*len(fields) + 1 {
+		err := o.Validate()
+		if err == nil {
+			break
+		}
+		fe, ok := errors.AsType[*queue.FieldError](err)
+		if !ok || fe.Field == "" || !slices.Contains(fields, fe.Field) {
+			return append(errs, err)
+		}
+		i := slices.Index(fields, fe.Field)
+		if !reported[fe.Field] {
+			reported[fe.Field] = true
+			errs = append(errs, err)
+			resetField(&o, def, i)
+			continue
+		}
+		fixed := false
+		for j := range fields {
+			try := o
+			resetField(&try, def, j)
+			if e, ok := errors.AsType[*queue.FieldError](try.Validate()); !ok || e.Field != fe.Field {
+				o, fixed = try, true
+				break
+			}
+		}
+		if !fixed {
+			break
+		}
+	}
+	return errs
+}
+
+// optionFields returns the YAML names of queue.Options' fields, by index
+// ("" for a field without one).
+func optionFields() []string {
+	t := reflect.TypeFor[queue.Options]()
+	names := make([]string, t.NumField())
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name != "-" {
+			names[i] = name
+		}
+	}
+	return names
+}
+
+// resetField sets field i of *o to its value in def.
+func resetField(o *queue.Options, def queue.Options, i int) {
+	reflect.ValueOf(o).Elem().Field(i).Set(reflect.ValueOf(def).Field(i))
 }
 
 // errorAt returns the error for the value at path, located where Load

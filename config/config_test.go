@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"io/fs"
@@ -8,6 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +46,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"data_dir", c.DataDir, "./data"},
 		{"listen.mqtt", c.MQTT, ":1883"},
 		{"listen.ws", c.WS, ":8083"},
-		{"listen.http", c.HTTP, ":9090"},
+		{"listen.http", c.HTTP, ":8990"},
 		{"log_level", c.LogLevel, slog.LevelInfo},
 		{"queues.defaults", c.Queues.Defaults, queue.DefaultOptions()},
 		{"queues.auto_create", c.Queues.AutoCreate, true},
@@ -346,6 +350,12 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad log level",
 			file: "log_level: loud\n",
 			want: []string{"log_level: must be debug, info, warn or error", `"loud"`}},
+		{name: "bad log level from flag",
+			flags: []string{"--log-level", "verbose"},
+			want:  []string{`log_level: must be debug, info, warn or error, got "verbose" (from --log-level)`}},
+		{name: "bad log level from env",
+			env:  map[string]string{"SHARDQ_LOG_LEVEL": "trace"},
+			want: []string{`log_level: must be debug, info, warn or error, got "trace" (from SHARDQ_LOG_LEVEL)`}},
 		{name: "file is not a mapping",
 			file: "- node_id: a\n",
 			want: []string{"shardq.yaml:1: must be a mapping of settings"}},
@@ -454,10 +464,165 @@ func TestConfigHelp(t *testing.T) {
 	}
 	var b strings.Builder
 	Usage(&b)
-	for _, name := range []string{"-config", "-data-dir", "-mqtt", "-ws", "-http", "-node-id", "SHARDQ_DATA_DIR"} {
-		if !strings.Contains(b.String(), name) {
-			t.Errorf("usage does not mention %s:\n%s", name, b.String())
+	usage := b.String()
+	// Each flag, with its default and its environment variable, in its own block.
+	for _, want := range [][3]string{
+		{"--config FILE", "none", "SHARDQ_CONFIG"},
+		{"--data-dir DIR", "./data", "SHARDQ_DATA_DIR"},
+		{"--mqtt ADDR", ":1883", "SHARDQ_MQTT"},
+		{"--ws ADDR", ":8083", "SHARDQ_WS"},
+		{"--http ADDR", ":8990", "SHARDQ_HTTP"},
+		{"--node-id ID", "the host name", "SHARDQ_NODE_ID"},
+		{"--log-level LEVEL", "info", "SHARDQ_LOG_LEVEL"},
+	} {
+		_, block, ok := strings.Cut(usage, "  "+want[0]+"\n")
+		block, _, _ = strings.Cut(block, "  --")
+		if !ok || !strings.Contains(block, "default "+want[1]+"; env "+want[2]+"\n") {
+			t.Errorf("usage lacks %s with default %s and env %s:\n%s", want[0], want[1], want[2], usage)
 		}
+	}
+}
+
+func TestConfigLogLevel(t *testing.T) {
+	file := writeConfig(t, "log_level: error\n")
+	tests := []struct {
+		name  string
+		flags []string
+		env   map[string]string
+		want  slog.Level
+	}{
+		{"default", nil, nil, slog.LevelInfo},
+		{"env", nil, map[string]string{"SHARDQ_LOG_LEVEL": "debug"}, slog.LevelDebug},
+		{"env in capitals", nil, map[string]string{"SHARDQ_LOG_LEVEL": "WARN"}, slog.LevelWarn},
+		{"flag", []string{"--log-level", "warn"}, nil, slog.LevelWarn},
+		{"file beats env", []string{"--config", file}, map[string]string{"SHARDQ_LOG_LEVEL": "debug"}, slog.LevelError},
+		{"flag beats file", []string{"--config", file, "--log-level=debug"}, nil, slog.LevelDebug},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(tc.flags, env(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.LogLevel != tc.want {
+				t.Errorf("log level %v, want %v", c.LogLevel, tc.want)
+			}
+		})
+	}
+}
+
+// TestConfigReportsEveryError checks that one run names every mistake of
+// a file, of a flag and of the environment, so that a user fixes them all
+// at once rather than one per start.
+func TestConfigReportsEveryError(t *testing.T) {
+	path := writeConfig(t, `node_id: a
+log_level: loud
+listen:
+  mqtt: 1883
+queues:
+  defaults:
+    partitions: 2.5
+    colour: red
+    ack_timeout: 10ms
+  declared:
+    orders:
+      partitions: 0
+      ordering: fifo
+      ack_timeout: soon
+      prefetch: 0
+      max_bytes: 1e3
+      retry_backoff: 10m
+      dedup_window: -1s
+    audit:
+      durability: maybe
+storage:
+  shards: 0
+  shards: 3
+  ring_size: 8.0
+`)
+	_, err := Load([]string{"--config", path, "--ws", "x"}, env(map[string]string{"SHARDQ_LOG_LEVEL": "chatty"}))
+	if err == nil {
+		t.Fatal("Load succeeded")
+	}
+	want := []string{
+		"shardq.yaml:2: log_level: must be debug, info, warn or error, got \"loud\"",
+		"shardq.yaml:4: listen.mqtt: must be host:port, got \"1883\"",
+		"shardq.yaml:7: queues.defaults.partitions: must be an integer, got \"2.5\"",
+		"shardq.yaml:8: queues.defaults.colour: unknown setting",
+		"shardq.yaml:9: queues.defaults.ack_timeout: must be at least 100ms, got 10ms",
+		"shardq.yaml:12: queues.declared.orders.partitions: must be between 1 and 4096, got 0",
+		"shardq.yaml:13: queues.declared.orders.ordering: must be key, partition or none",
+		"shardq.yaml:14: queues.declared.orders.ack_timeout: must be a duration",
+		"shardq.yaml:15: queues.declared.orders.prefetch: must be between 1 and 65535, got 0",
+		"shardq.yaml:16: queues.declared.orders.max_bytes: must be an integer, got \"1e3\"",
+		"queues.declared.orders.retry_backoff_max: must be at least retry_backoff (10m0s), got 5m0s",
+		"shardq.yaml:18: queues.declared.orders.dedup_window: must not be negative",
+		"shardq.yaml:20: queues.declared.audit.durability:",
+		"shardq.yaml:23: storage.shards: set twice, first on line 22",
+		"shardq.yaml:22: storage.shards: must be between 1 and 64, got 0",
+		"shardq.yaml:24: storage.ring_size: must be an integer, got \"8.0\"",
+		"listen.ws: must be host:port, got \"x\" (from --ws)",
+	}
+	msg := err.Error()
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("the errors do not name %q", w)
+		}
+	}
+	// The bad level of the environment is overridden by the file's, which
+	// is named; each setting is named once.
+	if strings.Contains(msg, "chatty") {
+		t.Errorf("an overridden environment value is reported")
+	}
+	if n := strings.Count(msg, "queues.defaults.partitions"); n != 1 {
+		t.Errorf("queues.defaults.partitions named %d times", n)
+	}
+	// audit inherits the invalid ack_timeout of the defaults: named once.
+	if strings.Contains(msg, "queues.declared.audit.ack_timeout") {
+		t.Errorf("an inherited invalid default is named again for the queue")
+	}
+	// The errors of the file come in the order of its lines.
+	lines := regexp.MustCompile(`shardq\.yaml:(\d+):`).FindAllStringSubmatch(msg, -1)
+	if !slices.IsSortedFunc(lines, func(a, b []string) int { return cmp.Compare(atoi(t, a[1]), atoi(t, b[1])) }) {
+		t.Errorf("errors not in the order of the file's lines")
+	}
+	if t.Failed() {
+		t.Logf("errors:\n%s", msg)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestConfigIntegersRefuseFractions(t *testing.T) {
+	tests := []struct{ file, field string }{
+		{"queues:\n  defaults:\n    partitions: 2.5\n", "queues.defaults.partitions"},
+		{"queues:\n  declared:\n    orders:\n      max_deliveries: 3.0\n", "queues.declared.orders.max_deliveries"},
+		{"queues:\n  defaults:\n    max_messages: 1e6\n", "queues.defaults.max_messages"},
+		{"storage:\n  shards: 1.5\n", "storage.shards"},
+		{"storage:\n  max_payload: .5\n", "storage.max_payload"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.field, func(t *testing.T) {
+			_, err := Load([]string{"--config", writeConfig(t, tc.file)}, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.field+": must be an integer") {
+				t.Errorf("error %v, want one naming %s as not an integer", err, tc.field)
+			}
+		})
+	}
+	// Integers in other notations YAML knows still are integers.
+	c, err := Load([]string{"--config", writeConfig(t, "storage:\n  max_payload: 0x10000\n  ring_size: +1024\n")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Storage.MaxPayload != 65536 || c.Storage.RingSize != 1024 {
+		t.Errorf("max_payload, ring_size = %d, %d; want 65536, 1024", c.Storage.MaxPayload, c.Storage.RingSize)
 	}
 }
 

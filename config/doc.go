@@ -5,11 +5,11 @@
 //
 // Each setting takes its value from the first of these that sets it:
 //
-//  1. its flag: --data-dir, --mqtt, --ws, --http, --node-id;
+//  1. its flag: --data-dir, --mqtt, --ws, --http, --node-id, --log-level;
 //  2. the config file, named by --config or else by SHARDQ_CONFIG;
 //  3. its environment variable, SHARDQ_ and the flag's name in capitals
 //     with _ for -: SHARDQ_DATA_DIR, SHARDQ_MQTT, SHARDQ_WS, SHARDQ_HTTP,
-//     SHARDQ_NODE_ID;
+//     SHARDQ_NODE_ID, SHARDQ_LOG_LEVEL;
 //  4. the built-in default (Default).
 //
 // So a flag overrides the file, and an environment variable overrides only
@@ -19,14 +19,16 @@
 //
 // With no flags, no file and no environment, a node is a working single
 // node: MQTT on :1883, MQTT over WebSocket on :8083, HTTP (metrics,
-// health, admin API) on :9090, data in ./data, named after its host.
+// health, admin API) on :8990 (clear of Prometheus's 9090 and Grafana's
+// 3000), data in ./data, named after its host, logging at info.
 //
 // # The file
 //
 // Every key is optional; a key left out keeps its value from the levels
 // below. Durations are Go duration strings ("500ms", "30s", "168h"); sizes
-// and counts are integers (bytes for sizes). A key the schema does not know
-// is an error, so a misspelt setting is never silently ignored.
+// and counts are integers (bytes for sizes): 2.5 or 1e3 is an error, never
+// rounded. A key the schema does not know is an error, so a misspelt
+// setting is never silently ignored.
 //
 //	node_id: node-1         # default: the host name
 //	data_dir: ./data
@@ -34,7 +36,7 @@
 //	listen:
 //	  mqtt: ":1883"
 //	  ws: ":8083"           # "" disables
-//	  http: ":9090"         # "" disables
+//	  http: ":8990"         # "" disables
 //	queues:
 //	  defaults:             # apply to every queue, including auto-created ones
 //	    partitions: 8
@@ -73,8 +75,8 @@
 //
 //	cfg, err := config.Load(os.Args[2:], os.Getenv)
 //	if errors.Is(err, flag.ErrHelp) {
-//		config.Usage(os.Stderr)
-//		os.Exit(2)
+//		config.Usage(os.Stdout) // every flag, its default and its variable
+//		os.Exit(0)
 //	}
 //	if err != nil {
 //		fmt.Fprintln(os.Stderr, err)
@@ -94,7 +96,9 @@
 //	config: listen.mqtt: must be host:port, got "1883" (from --mqtt)
 //	config: --colour: unknown flag (known: --config, --data-dir, ...)
 //
-// Validate reports every invalid setting at once, joined with errors.Join.
+// Load reports every error of one run at once, joined with errors.Join:
+// every setting of the file that cannot be read (the others are read all
+// the same), and every invalid value, several of one queue included.
 // An *Error wraps its cause where there is one: a *queue.FieldError for a
 // queue setting, an *fs.PathError for a config file that cannot be read.
 //

@@ -1,12 +1,16 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
+	"math"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -15,22 +19,57 @@ import (
 type setting struct {
 	flag  string // the flag's name, without dashes
 	path  string // the YAML path
-	usage string // the flag's usage; the name of its value in backquotes
+	value string // the name of its value, for the usage text
+	usage string // what it sets
 	def   string // the default, for the usage text
-	field func(*Config) *string
+	// set stores v in c; it returns why v is invalid, or "".
+	set func(c *Config, v string) string
 }
 
 var settings = []setting{
-	{"data-dir", "data_dir", "`DIR` holding the queues' data", "./data",
-		func(c *Config) *string { return &c.DataDir }},
-	{"mqtt", "listen.mqtt", "`ADDR` (host:port) to listen on for MQTT", ":1883",
-		func(c *Config) *string { return &c.MQTT }},
-	{"ws", "listen.ws", "`ADDR` to listen on for MQTT over WebSocket, empty disables", ":8083",
-		func(c *Config) *string { return &c.WS }},
-	{"http", "listen.http", "`ADDR` to listen on for HTTP (metrics, health, admin API), empty disables", ":9090",
-		func(c *Config) *string { return &c.HTTP }},
-	{"node-id", "node_id", "`ID` of this node, of A-Z a-z 0-9 _ . -", "the host name",
-		func(c *Config) *string { return &c.NodeID }},
+	{"data-dir", "data_dir", "DIR", "the directory holding the queues' data", "./data",
+		text(func(c *Config) *string { return &c.DataDir })},
+	{"mqtt", "listen.mqtt", "ADDR", "the address (host:port) to listen on for MQTT", ":1883",
+		text(func(c *Config) *string { return &c.MQTT })},
+	{"ws", "listen.ws", "ADDR", "the address to listen on for MQTT over WebSocket; empty disables", ":8083",
+		text(func(c *Config) *string { return &c.WS })},
+	{"http", "listen.http", "ADDR", "the address to listen on for HTTP (metrics, health, admin API); empty disables", DefaultHTTP,
+		text(func(c *Config) *string { return &c.HTTP })},
+	{"node-id", "node_id", "ID", "the name of this node, of A-Z a-z 0-9 _ . -", "the host name",
+		text(func(c *Config) *string { return &c.NodeID })},
+	{"log-level", "log_level", "LEVEL", "the least level logged: debug, info, warn or error", "info",
+		func(c *Config, v string) string {
+			l, reason := parseLevel(v)
+			if reason == "" {
+				c.LogLevel = l
+			}
+			return reason
+		}},
+}
+
+// text returns the set of a string setting: every value is valid here
+// (Validate checks it with the rest).
+func text(field func(*Config) *string) func(*Config, string) string {
+	return func(c *Config, v string) string {
+		*field(c) = v
+		return ""
+	}
+}
+
+// parseLevel parses a log level: debug, info, warn or error, in any case.
+// It returns why v is not one, or "".
+func parseLevel(v string) (slog.Level, string) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "debug":
+		return slog.LevelDebug, ""
+	case "info":
+		return slog.LevelInfo, ""
+	case "warn", "warning":
+		return slog.LevelWarn, ""
+	case "error":
+		return slog.LevelError, ""
+	}
+	return 0, fmt.Sprintf("must be debug, info, warn or error, got %q", v)
 }
 
 // envName returns the environment variable of a flag: SHARDQ_DATA_DIR for data-dir.
@@ -43,19 +82,36 @@ func newFlagSet() (*flag.FlagSet, map[string]*string) {
 	flags := flag.NewFlagSet("shardq serve", flag.ContinueOnError)
 	flags.SetOutput(io.Discard)
 	values := map[string]*string{
-		"config": flags.String("config", "", "YAML config `FILE` (env "+envName("config")+")"),
+		"config": flags.String("config", "", "the YAML config file"),
 	}
 	for _, s := range settings {
-		values[s.flag] = flags.String(s.flag, "", s.usage+" (default "+s.def+"; env "+envName(s.flag)+")")
+		values[s.flag] = flags.String(s.flag, "", s.usage)
 	}
 	return flags, values
 }
 
-// Usage writes the flags of shardq serve to w.
+const serveUsage = `usage: shardq serve [flags]
+
+Runs a node. With no flags, no config file and no environment it is a
+working single node. A value comes from, first that applies: its flag, the
+config file, its environment variable, the default. Settings without a
+flag are set in the config file (see the README).
+
+flags:
+`
+
+// Usage writes the help of shardq serve to w: every flag with its default
+// and its environment variable.
 func Usage(w io.Writer) {
-	flags, _ := newFlagSet()
-	flags.SetOutput(w)
-	flags.PrintDefaults()
+	var b strings.Builder
+	b.WriteString(serveUsage)
+	rows := []setting{{flag: "config", value: "FILE", usage: "the YAML config file", def: "none"}}
+	for _, s := range append(rows, settings...) {
+		fmt.Fprintf(&b, "  --%s %s\n", s.flag, s.value)
+		fmt.Fprintf(&b, "        %s\n", s.usage)
+		fmt.Fprintf(&b, "        default %s; env %s\n", s.def, envName(s.flag))
+	}
+	_, _ = io.WriteString(w, b.String())
 }
 
 // Load returns the configuration of `shardq serve` run with args, the
@@ -90,12 +146,19 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 
 	c := Default()
 	c.origin = map[string]origin{}
+	var errs []error
+	// unread are the settings whose value could not be read: they keep
+	// the value below and Validate says nothing more of them.
+	unread := map[string]bool{}
 
+	var envErrs []*Error
 	for _, s := range settings {
 		env := envName(s.flag)
 		if v := getenv(env); v != "" {
-			*s.field(c) = v
 			c.origin[s.path] = origin{source: env}
+			if reason := s.set(c, v); reason != "" {
+				envErrs = append(envErrs, &Error{Field: s.path, Source: env, Reason: reason})
+			}
 		}
 	}
 
@@ -112,22 +175,68 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 			}
 			return nil, &Error{File: file, Source: source, Reason: "cannot read the config file: " + reason.Error(), Err: err}
 		}
-		if err := c.decodeFile(file, data); err != nil {
-			return nil, err
+		d := c.decodeFile(file, data)
+		errs = append(errs, d.errs...)
+		for path := range d.unread {
+			unread[path] = true
 		}
 	}
 
 	for _, s := range settings {
 		if set[s.flag] {
-			*s.field(c) = *values[s.flag]
 			c.origin[s.path] = origin{source: "--" + s.flag}
+			if reason := s.set(c, *values[s.flag]); reason != "" {
+				errs = append(errs, &Error{Field: s.path, Source: "--" + s.flag, Reason: reason})
+				unread[s.path] = true
+			}
+		}
+	}
+	// An invalid environment value counts only when nothing overrides it.
+	for _, e := range envErrs {
+		if c.origin[e.Field].source == e.Source {
+			errs = append(errs, e)
+			unread[e.Field] = true
 		}
 	}
 
-	if err := c.Validate(); err != nil {
-		return nil, err
+	for _, err := range flatten(c.Validate()) {
+		if e, ok := err.(*Error); !ok || !unread[e.Field] {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		// The file's errors in the order of its lines, then the others.
+		slices.SortStableFunc(errs, func(a, b error) int {
+			return cmp.Compare(errorLine(a), errorLine(b))
+		})
+		return nil, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// errorLine returns the line of a config file error, or a line after any
+// file's end for the others.
+func errorLine(err error) int {
+	if e, ok := err.(*Error); ok && e.File != "" && e.Line > 0 {
+		return e.Line
+	}
+	return math.MaxInt
+}
+
+// flatten returns the errors err joins, however deep, or err alone.
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, flatten(e)...)
+	}
+	return out
 }
 
 // flagError rewords an error of the flag package so that it names the

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -36,6 +35,11 @@ type origin struct {
 type decoder struct {
 	file string
 	c    *Config
+	// errs are the errors found so far: a setting that cannot be read is
+	// skipped, and the rest of the file is read on.
+	errs []error
+	// unread are the YAML paths of the values that could not be read.
+	unread map[string]bool
 }
 
 // field is a key of a YAML mapping and how to decode its value.
@@ -45,31 +49,42 @@ type field struct {
 }
 
 // decodeFile decodes the YAML config file data, read from file, into c.
-// Only the settings the file holds change.
-func (c *Config) decodeFile(file string, data []byte) error {
+// Only the settings the file holds change. The decoder it returns holds
+// every error found: a setting that cannot be read keeps its value, the
+// others are read all the same. A file that is not YAML is one error.
+func (c *Config) decodeFile(file string, data []byte) *decoder {
 	if c.origin == nil {
 		c.origin = map[string]origin{}
 	}
-	d := &decoder{file: file, c: c}
+	d := &decoder{file: file, c: c, unread: map[string]bool{}}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil // an empty file: nothing changes
+		if !errors.Is(err, io.EOF) { // an empty file changes nothing
+			d.fail(d.syntaxError(err))
 		}
-		return d.syntaxError(err)
+		return d
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return d.syntaxError(err)
+			d.fail(d.syntaxError(err))
+		} else {
+			d.fail(d.errorf(&next, "", "holds more than one YAML document"))
 		}
-		return d.errorf(&next, "", "holds more than one YAML document")
+		return d
 	}
-	if len(doc.Content) == 0 {
-		return nil
+	if len(doc.Content) > 0 {
+		d.fail(d.section(d.top())(doc.Content[0], ""))
 	}
-	return d.section(d.top())(doc.Content[0], "")
+	return d
+}
+
+// fail records err, if not nil.
+func (d *decoder) fail(err error) {
+	if err != nil {
+		d.errs = append(d.errs, err)
+	}
 }
 
 // top lists the top-level keys of the file.
@@ -110,16 +125,17 @@ func (d *decoder) declared(n *yaml.Node, path string) error {
 		qpath := join(path, p.key.Value)
 		d.c.origin[qpath] = origin{file: d.file, line: p.key.Line}
 		o := d.c.Queues.Defaults
-		if err := d.section(d.tagged(&o))(p.value, qpath); err != nil {
-			return err
-		}
+		// A queue with a setting that cannot be read is declared with the
+		// others all the same, so that Validate checks them too.
+		d.fail(d.section(d.tagged(&o))(p.value, qpath))
 		d.c.Queues.Declared[p.key.Value] = o
 	}
 	return nil
 }
 
 // section returns a decoder of a mapping holding the keys fields lists.
-// The keys are decoded in the order of fields, not of the file.
+// The keys are decoded in the order of fields, not of the file. Each
+// error is recorded and the other keys are decoded all the same.
 func (d *decoder) section(fields []field) func(n *yaml.Node, path string) error {
 	return func(n *yaml.Node, path string) error {
 		pairs, err := d.pairs(n, path)
@@ -133,7 +149,8 @@ func (d *decoder) section(fields []field) func(n *yaml.Node, path string) error 
 				for i, f := range fields {
 					known[i] = f.key
 				}
-				return d.errorf(p.key, join(path, p.key.Value), "unknown setting (known here: %s)", strings.Join(known, ", "))
+				d.fail(d.errorf(p.key, join(path, p.key.Value), "unknown setting (known here: %s)", strings.Join(known, ", ")))
+				continue
 			}
 			byKey[p.key.Value] = p
 		}
@@ -145,7 +162,8 @@ func (d *decoder) section(fields []field) func(n *yaml.Node, path string) error 
 			fpath := join(path, f.key)
 			d.c.origin[fpath] = origin{file: d.file, line: p.key.Line}
 			if err := f.decode(p.value, fpath); err != nil {
-				return err
+				d.fail(err)
+				d.unread[fpath] = true
 			}
 		}
 		return nil
@@ -155,7 +173,8 @@ func (d *decoder) section(fields []field) func(n *yaml.Node, path string) error 
 type pair struct{ key, value *yaml.Node }
 
 // pairs returns the entries of the mapping n, checking that its keys are
-// plain and unique. A null n is an empty mapping.
+// plain and unique; it records the keys that are not and leaves them out.
+// A null n is an empty mapping; any other scalar or a list is an error.
 func (d *decoder) pairs(n *yaml.Node, path string) ([]pair, error) {
 	n = resolve(n)
 	if isNull(n) {
@@ -172,13 +191,16 @@ func (d *decoder) pairs(n *yaml.Node, path string) ([]pair, error) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := resolve(n.Content[i]), n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			return nil, d.errorf(k, path, "keys must be plain names, got %s", kindName(k))
+			d.fail(d.errorf(k, path, "keys must be plain names, got %s", kindName(k)))
+			continue
 		}
 		if k.Tag == "!!merge" {
-			return nil, d.errorf(k, path, "merge keys (<<) are not supported")
+			d.fail(d.errorf(k, path, "merge keys (<<) are not supported"))
+			continue
 		}
 		if line, ok := seen[k.Value]; ok {
-			return nil, d.errorf(k, join(path, k.Value), "set twice, first on line %d", line)
+			d.fail(d.errorf(k, join(path, k.Value), "set twice, first on line %d", line))
+			continue
 		}
 		seen[k.Value] = k.Line
 		pairs = append(pairs, pair{k, v})
@@ -271,7 +293,8 @@ func (d *decoder) leaf(ptr any) func(n *yaml.Node, path string) error {
 			v.SetBool(b)
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 			var i int64
-			if err := n.Decode(&i); err != nil {
+			// Only an integer: yaml.v3 would truncate 2.5 to 2.
+			if n.ShortTag() != "!!int" || n.Decode(&i) != nil {
 				return d.errorf(n, path, "must be %s, got %q", want, n.Value)
 			}
 			if v.OverflowInt(i) {
@@ -280,7 +303,7 @@ func (d *decoder) leaf(ptr any) func(n *yaml.Node, path string) error {
 			v.SetInt(i)
 		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 			var u uint64
-			if err := n.Decode(&u); err != nil {
+			if n.ShortTag() != "!!int" || n.Decode(&u) != nil {
 				return d.errorf(n, path, "must be %s, got %q", want, n.Value)
 			}
 			if v.OverflowUint(u) {
@@ -297,9 +320,12 @@ func (d *decoder) leaf(ptr any) func(n *yaml.Node, path string) error {
 // logLevel decodes log_level.
 func (d *decoder) logLevel(n *yaml.Node, path string) error {
 	n = resolve(n)
-	var l slog.Level
-	if n.Kind != yaml.ScalarNode || l.UnmarshalText([]byte(n.Value)) != nil {
-		return d.errorf(n, path, "must be debug, info, warn or error, got %q", n.Value)
+	if n.Kind != yaml.ScalarNode {
+		return d.errorf(n, path, "must be debug, info, warn or error, got %s", kindName(n))
+	}
+	l, reason := parseLevel(n.Value)
+	if reason != "" {
+		return d.errorf(n, path, "%s", reason)
 	}
 	d.c.LogLevel = l
 	return nil

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -18,152 +19,228 @@ import (
 	"unicode/utf8"
 
 	"github.com/shardq/shardq/broker"
+	"github.com/shardq/shardq/config"
 )
 
-const adminUsage = `usage: shardq <command> [flags]
+// adminOptions are the flags of the admin commands; each command registers
+// only its own.
+type adminOptions struct {
+	server, token string
+	json          bool
+	partition     int
+	from          string
+	limit         int
+	dlq           bool
+	ids           stringList
+}
 
-Commands that call a node's admin API (its HTTP address):
-  queues                          list the queues with their figures
-  queue show QUEUE                one queue: settings, partitions, groups, totals
-  queue peek QUEUE                messages, without delivering or settling them
-                                  [--partition P [--from OFFSET]] [--limit N] [--dlq]
-  queue purge QUEUE               delete every message of the queue [--dlq]
-  queue declare QUEUE [K=V ...]   create a queue or change its settings, e.g.
-                                  partitions=16 ack_timeout=10s (kept across restarts)
-  group delete QUEUE GROUP        delete a consumer group with no consumers [--dlq]
-  dlq replay QUEUE [--id MSGID]   publish dead letters into the queue again: the
-                                  ones named (--id, repeatable, dead-letter msg-ids) or all
+// adminCall is one run of an admin command.
+type adminCall struct {
+	c    *adminClient
+	out  *printer
+	pos  []string // the arguments
+	opts *adminOptions
+}
 
-Flags of every command:
-  --server URL   the node's HTTP address (env SHARDQ_SERVER; default http://127.0.0.1:9090)
-  --token TOKEN  bearer token for changes, as http.admin_token (env SHARDQ_TOKEN)
-  --json         print the API's JSON instead of tables
-`
+// q returns argument i, escaped for a URL path.
+func (a *adminCall) q(i int) string { return url.PathEscape(a.pos[i]) }
 
-const defaultServer = "http://127.0.0.1:9090"
+// dlqPath returns "/dlq" with --dlq, else "".
+func (a *adminCall) dlqPath() string {
+	if a.opts.dlq {
+		return "/dlq"
+	}
+	return ""
+}
 
-// adminCommand runs the admin commands. It returns 0 on success, 1 when the
-// call failed and 2 for bad usage.
+// adminSpec is one admin command.
+type adminSpec struct {
+	name  string                                  // "queue peek"
+	args  string                                  // its arguments, for the usage
+	nargs int                                     // how many; -1: one or more
+	short string                                  // what it does, in a line
+	about string                                  // what it does, in full
+	flags func(fs *flag.FlagSet, o *adminOptions) // its own flags, beside --server, --token and --json
+	run   func(ctx context.Context, a *adminCall) error
+}
+
+func dlqFlag(what string) func(*flag.FlagSet, *adminOptions) {
+	return func(fs *flag.FlagSet, o *adminOptions) {
+		fs.BoolVar(&o.dlq, "dlq", false, what+" of the queue's dead-letter queue")
+	}
+}
+
+var adminCommands = []adminSpec{
+	{name: "queues", short: "list the queues with their figures", about: "Lists the node's queues with their figures: partitions, depth, groups,\nconsumers, lag, dead letters, totals.",
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "GET", "/api/v1/queues", nil, a.out, printQueues)
+		}},
+	{name: "queue show", args: "QUEUE", nargs: 1, short: "one queue: settings, partitions, groups, totals",
+		about: "Shows one queue: its settings, partitions, groups per partition and totals,\nand its dead-letter queue's.",
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "GET", "/api/v1/queues/"+a.q(0), nil, a.out, printQueue)
+		}},
+	{name: "queue peek", args: "QUEUE", nargs: 1, short: "messages, without delivering or settling them",
+		about: "Prints messages of a queue without delivering or settling them: the oldest\nof each partition in turn, or those of one partition from an offset on.",
+		flags: func(fs *flag.FlagSet, o *adminOptions) {
+			fs.IntVar(&o.partition, "partition", -1, "only this `PARTITION` (default every partition)")
+			fs.StringVar(&o.from, "from", "", "from this `OFFSET` of --partition on (default its oldest)")
+			fs.IntVar(&o.limit, "limit", 10, "at most `N` messages, 1 to 1000")
+			dlqFlag("the messages")(fs, o)
+		},
+		run: func(ctx context.Context, a *adminCall) error {
+			v := url.Values{"limit": {strconv.Itoa(a.opts.limit)}}
+			if a.opts.partition >= 0 {
+				v.Set("partition", strconv.Itoa(a.opts.partition))
+			}
+			if a.opts.from != "" {
+				v.Set("from", a.opts.from)
+			}
+			return call(ctx, a.c, "GET", "/api/v1/queues/"+a.q(0)+a.dlqPath()+"/messages?"+v.Encode(), nil, a.out, printMessages)
+		}},
+	{name: "queue purge", args: "QUEUE", nargs: 1, short: "delete every message of the queue",
+		about: "Deletes every message of a queue, for every group. Needs the token when\nthe node has one.",
+		flags: dlqFlag("every message"),
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+a.dlqPath()+"/purge", nil, a.out, func(w io.Writer, r broker.PurgeResult) {
+				fmt.Fprintf(w, "purged %d messages from %s\n", r.Purged, r.Queue)
+			})
+		}},
+	{name: "queue declare", args: "QUEUE [KEY=VALUE ...]", nargs: -1, short: "create a queue or change its settings",
+		about: "Creates a queue or changes its settings, named as in the config file:\npartitions=16 ack_timeout=10s. Kept across restarts, over the config\nfile's. Needs the token when the node has one.",
+		run: func(ctx context.Context, a *adminCall) error {
+			settings := map[string]any{}
+			for _, kv := range a.pos[1:] {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return usageErr{fmt.Sprintf("want KEY=VALUE, got %q", kv)}
+				}
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+					settings[k] = n
+				} else {
+					settings[k] = v
+				}
+			}
+			return call(ctx, a.c, "PUT", "/api/v1/queues/"+a.q(0), settings, a.out, printQueue)
+		}},
+	{name: "group delete", args: "QUEUE GROUP", nargs: 2, short: "delete a consumer group with no consumers",
+		about: "Deletes a consumer group that has no consumer connected, with its\nposition. Needs the token when the node has one.",
+		flags: dlqFlag("a group"),
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "DELETE", "/api/v1/queues/"+a.q(0)+a.dlqPath()+"/groups/"+a.q(1), nil, a.out, func(w io.Writer, r broker.GroupDeleted) {
+				fmt.Fprintf(w, "deleted group %s of %s\n", r.Group, r.Queue)
+			})
+		}},
+	{name: "dlq replay", args: "QUEUE", nargs: 1, short: "publish dead letters into the queue again",
+		about: "Publishes dead letters into their queue again: the ones --id names, or all.\nNeeds the token when the node has one.",
+		flags: func(fs *flag.FlagSet, o *adminOptions) {
+			fs.Var(&o.ids, "id", "the dead letter's `MSGID` in the dead-letter queue; repeatable, or comma-separated")
+		},
+		run: func(ctx context.Context, a *adminCall) error {
+			var req broker.ReplayRequest
+			if len(a.opts.ids) > 0 {
+				req.IDs = (*[]string)(&a.opts.ids)
+			}
+			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+"/dlq/replay", req, a.out, printReplay)
+		}},
+}
+
+// usageErr is a mistake in a command's arguments found while running it.
+type usageErr struct{ msg string }
+
+func (e usageErr) Error() string { return e.msg }
+
+const defaultServer = "http://127.0.0.1" + config.DefaultHTTP
+
+// adminCommand runs the admin commands: args[0] is queues, queue, group or
+// dlq. It returns 0 on success, 1 when the call failed and 2 for bad usage.
 func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	name := args[0]
-	if (name == "queue" || name == "group" || name == "dlq") && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
-		name += " " + args[1]
-		args = args[1:]
+	rest := args[1:]
+	if name != "queues" {
+		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") || rest[0] == "help" {
+			return groupUsage(name, rest, stdout, stderr)
+		}
+		name += " " + rest[0]
+		rest = rest[1:]
 	}
-	fs := flag.NewFlagSet("shardq "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	server := fs.String("server", envOr(getenv, "SHARDQ_SERVER", defaultServer), "")
-	token := fs.String("token", getenv("SHARDQ_TOKEN"), "")
-	asJSON := fs.Bool("json", false, "")
-	partition := fs.Int("partition", -1, "")
-	from := fs.String("from", "", "")
-	limit := fs.Int("limit", 10, "")
-	dlq := fs.Bool("dlq", false, "")
-	var ids stringList
-	fs.Var(&ids, "id", "")
-	pos, err := parseInterspersed(fs, args[1:])
-	usageError := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "shardq %s: %s\n\n%s", name, fmt.Sprintf(format, a...), adminUsage)
+	i := slices.IndexFunc(adminCommands, func(s adminSpec) bool { return s.name == name })
+	if i < 0 {
+		fmt.Fprintf(stderr, "shardq %s: unknown command\n\n", name)
+		writeGroupUsage(stderr, args[0])
 		return 2
 	}
+	spec := adminCommands[i]
+	head := fmt.Sprintf("usage: shardq %s", spec.name)
+	if spec.args != "" {
+		head += " " + spec.args
+	}
+	head += " [flags]\n\n" + spec.about + "\n"
+	c := newCommand(spec.name, head)
+	o := &adminOptions{}
+	if spec.flags != nil {
+		spec.flags(c.flags, o)
+	}
+	c.flags.StringVar(&o.server, "server", defaultServer, "the node's HTTP `URL`")
+	c.flags.StringVar(&o.token, "token", "", "the node's http.admin_token, sent as a bearer `TOKEN`")
+	c.flags.BoolVar(&o.json, "json", false, "print the API's JSON instead of tables")
+	c.env["server"], c.env["token"] = "SHARDQ_SERVER", "SHARDQ_TOKEN"
+	pos, err := c.parse(rest, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, adminUsage)
+		c.usage(stdout)
 		return 0
 	}
-	if err != nil {
-		return usageError("%v", err)
-	}
-	c := &adminClient{server: strings.TrimRight(*server, "/"), token: *token, http: &http.Client{Timeout: 5 * time.Minute}}
-	out := &printer{w: stdout, json: *asJSON}
-	want := map[string]int{"queues": 0, "queue show": 1, "queue peek": 1, "queue purge": 1, "queue declare": -1,
-		"group delete": 2, "dlq replay": 1}
-	n, known := want[name]
 	switch {
-	case !known && !strings.Contains(name, " ") && name != "queues":
-		return usageError("want a subcommand")
-	case !known:
-		return usageError("unknown command")
-	case n >= 0 && len(pos) != n:
-		return usageError("want %d argument(s), got %d", n, len(pos))
-	case n < 0 && len(pos) < 1:
-		return usageError("want a queue name")
+	case err != nil:
+		return c.fail(stderr, "%v", err)
+	case spec.nargs >= 0 && len(pos) != spec.nargs:
+		return c.fail(stderr, "want %d argument(s) (%s), got %d", spec.nargs, spec.args, len(pos))
+	case spec.nargs < 0 && len(pos) < 1:
+		return c.fail(stderr, "want a queue name")
 	}
-	q := func(i int) string { return url.PathEscape(pos[i]) }
-	dlqPath := ""
-	if *dlq {
-		dlqPath = "/dlq"
+	a := &adminCall{
+		c:    &adminClient{server: strings.TrimRight(o.server, "/"), token: o.token, http: &http.Client{Timeout: 5 * time.Minute}},
+		out:  &printer{w: stdout, json: o.json},
+		pos:  pos,
+		opts: o,
 	}
-	switch name {
-	case "queues":
-		err = call(ctx, c, "GET", "/api/v1/queues", nil, out, printQueues)
-	case "queue show":
-		err = call(ctx, c, "GET", "/api/v1/queues/"+q(0), nil, out, printQueue)
-	case "queue peek":
-		v := url.Values{"limit": {strconv.Itoa(*limit)}}
-		if *partition >= 0 {
-			v.Set("partition", strconv.Itoa(*partition))
+	if err := spec.run(ctx, a); err != nil {
+		if ue, ok := err.(usageErr); ok {
+			return c.fail(stderr, "%s", ue.msg)
 		}
-		if *from != "" {
-			v.Set("from", *from)
-		}
-		err = call(ctx, c, "GET", "/api/v1/queues/"+q(0)+dlqPath+"/messages?"+v.Encode(), nil, out, printMessages)
-	case "queue purge":
-		err = call(ctx, c, "POST", "/api/v1/queues/"+q(0)+dlqPath+"/purge", nil, out, func(w io.Writer, r broker.PurgeResult) {
-			fmt.Fprintf(w, "purged %d messages from %s\n", r.Purged, r.Queue)
-		})
-	case "queue declare":
-		settings := map[string]any{}
-		for _, kv := range pos[1:] {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return usageError("want KEY=VALUE, got %q", kv)
-			}
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				settings[k] = n
-			} else {
-				settings[k] = v
-			}
-		}
-		err = call(ctx, c, "PUT", "/api/v1/queues/"+q(0), settings, out, printQueue)
-	case "group delete":
-		err = call(ctx, c, "DELETE", "/api/v1/queues/"+q(0)+dlqPath+"/groups/"+q(1), nil, out, func(w io.Writer, r broker.GroupDeleted) {
-			fmt.Fprintf(w, "deleted group %s of %s\n", r.Group, r.Queue)
-		})
-	case "dlq replay":
-		var req broker.ReplayRequest
-		if len(ids) > 0 {
-			req.IDs = (*[]string)(&ids)
-		}
-		err = call(ctx, c, "POST", "/api/v1/queues/"+q(0)+"/dlq/replay", req, out, printReplay)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "shardq %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "shardq %s: %v\n", spec.name, err)
 		return 1
 	}
 	return 0
 }
 
-func envOr(getenv func(string) string, key, def string) string {
-	if v := getenv(key); v != "" {
-		return v
+// groupUsage answers "shardq queue" (or group, dlq) with no subcommand,
+// with --help or with help: the list of its subcommands.
+func groupUsage(group string, rest []string, stdout, stderr io.Writer) int {
+	if len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help" || rest[0] == "help") {
+		writeGroupUsage(stdout, group)
+		return 0
 	}
-	return def
+	if len(rest) == 0 {
+		fmt.Fprintf(stderr, "shardq %s: want a subcommand\n\n", group)
+	} else {
+		fmt.Fprintf(stderr, "shardq %s: want a subcommand before the flags, got %q\n\n", group, rest[0])
+	}
+	writeGroupUsage(stderr, group)
+	return 2
 }
 
-// parseInterspersed parses flags wherever they are among the arguments and
-// returns the arguments that are not flags.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
+// writeGroupUsage lists the subcommands of group (queue, group, dlq).
+func writeGroupUsage(w io.Writer, group string) {
+	fmt.Fprintf(w, "usage: shardq %s <subcommand> [arguments] [flags]\n\nsubcommands:\n", group)
+	t := table(w)
+	for _, s := range adminCommands {
+		if sub, ok := strings.CutPrefix(s.name, group+" "); ok {
+			fmt.Fprintf(t, "  %s %s\t%s\n", sub, s.args, s.short)
 		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
 	}
+	t.Flush()
+	fmt.Fprintf(w, "\nRun \"shardq %s <subcommand> --help\" for its flags.\n", group)
 }
 
 // stringList is a repeatable flag; a value may also hold several, comma-separated.

@@ -1,41 +1,49 @@
 // Command shardq runs an MQTT broker with durable, partitioned $queue/ topics.
 //
-//	shardq serve [--config FILE] [--data-dir DIR] [--mqtt ADDR] [--ws ADDR] [--http ADDR] [--node-id ID]
-//	shardq bench SCENARIO --broker HOST:PORT [...]
+//	shardq serve [--config FILE] [--data-dir DIR] [--mqtt ADDR] [--ws ADDR] [--http ADDR] [--node-id ID] [--log-level LEVEL]
+//	shardq version
+//	shardq health [--server URL] [--ready]
+//	shardq queues | queue ... | group delete ... | dlq replay ...
 //	shardq migrate-shards --data-dir DIR --from N --to M [--dry-run]
+//	shardq bench SCENARIO --broker HOST:PORT [...]
+//
+// shardq help COMMAND, shardq COMMAND --help and shardq COMMAND -h print a
+// command's usage and flags.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/shardq/shardq/bench"
-	"github.com/shardq/shardq/broker"
-	"github.com/shardq/shardq/config"
 )
 
 const usage = `usage: shardq <command> [flags]
 
 commands:
-  serve   run a node (shardq serve --help for its flags)
-  bench   run a load scenario against any MQTT broker (shardq bench --help)
-  migrate-shards
-          rewrite a stopped node's data directory to another storage.shards
-  queues, queue, group, dlq
-          inspect and steer a running node's queues (shardq queue --help)
+  serve             run a node
+  version           print the version, the commit and the Go version
+  health            check that a node answers (exit 0) or not (exit 1)
+  queues            list a node's queues
+  queue             show, peek, purge or declare a queue
+  group delete      delete a consumer group
+  dlq replay        publish dead letters into their queue again
+  migrate-shards    rewrite a stopped node's data directory to another storage.shards
+  bench             run a load scenario against any MQTT broker
+
+Run "shardq help <command>" (or "shardq <command> --help") for its flags.
 `
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// run runs the command of args and returns the exit code: 0 on success, 1
+// when the command failed, 2 on bad usage.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -43,53 +51,43 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	switch args[0] {
+	cmd, rest := args[0], args[1:]
+	// "shardq serve help" and the like, where "help" cannot be an argument.
+	if len(rest) == 1 && rest[0] == "help" && cmd != "bench" {
+		rest = []string{"--help"}
+	}
+	switch cmd {
 	case "serve":
-		return serve(ctx, args[1:], stderr)
-	case "bench":
-		return bench.Main(ctx, args[1:], stdout, stderr)
-	case "migrate-shards":
-		return migrateShards(ctx, args[1:], stdout, stderr)
+		return serve(ctx, rest, stdout, stderr)
+	case "version":
+		return versionCommand(rest, stdout, stderr)
+	case "health":
+		return healthCommand(ctx, rest, stdout, stderr, os.Getenv)
 	case "queues", "queue", "group", "dlq":
-		return adminCommand(ctx, args, stdout, stderr, os.Getenv)
+		return adminCommand(ctx, append([]string{cmd}, rest...), stdout, stderr, os.Getenv)
+	case "migrate-shards":
+		return migrateShards(ctx, rest, stdout, stderr)
+	case "bench":
+		return bench.Main(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
+		return help(rest, stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "shardq: unknown command %q\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "shardq: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer) int {
-	cfg, err := config.Load(args, os.Getenv)
-	if err != nil {
-		fmt.Fprintf(stderr, "shardq: %v\n", err)
-		return 2
+// help runs "shardq help [COMMAND [SUBCOMMAND]]": the usage of shardq, or
+// of the command, as its --help prints it.
+func help(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		return 0
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	b, err := broker.New(cfg, log)
-	if err != nil {
-		log.Error("cannot start", "err", err)
-		return 1
+	switch args[0] {
+	case "serve", "version", "health", "queues", "queue", "group", "dlq", "migrate-shards", "bench":
+		return run(append(args[:len(args):len(args)], "--help"), stdout, stderr)
 	}
-	served := make(chan error, 1)
-	go func() { served <- b.Serve() }()
-	select {
-	case err := <-served:
-		log.Error("stopped", "err", err)
-		_ = b.Shutdown(context.Background())
-		return 1
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := b.Shutdown(sctx); err != nil {
-		log.Error("shutdown incomplete", "err", err)
-		return 1
-	}
-	if err := <-served; err != nil && !errors.Is(err, broker.ErrServerClosed) {
-		return 1
-	}
-	return 0
+	fmt.Fprintf(stderr, "shardq help: unknown command %q\n\n%s", args[0], usage)
+	return 2
 }

@@ -21,42 +21,32 @@ until the new ones are written and verified. If the command is interrupted,
 run it again with the same flags: it finishes or starts over without losing
 data. --dry-run reads everything and reports what would go where, writing
 nothing.
-
-flags:
 `
 
 // migrateShards runs shardq migrate-shards. It returns 0 on success, 1
 // when the migration failed and 2 for bad flags.
 func migrateShards(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	flags := flag.NewFlagSet("shardq migrate-shards", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	flags.Usage = func() {
-		fmt.Fprint(flags.Output(), migrateUsage)
-		flags.PrintDefaults()
-	}
+	c := newCommand("migrate-shards", migrateUsage)
+	flags := c.flags
 	dir := flags.String("data-dir", "", "`DIR` holding the node's data (required)")
-	from := flags.Int("from", 0, "shard `count` the data dir has now (required)")
-	to := flags.Int("to", 0, "shard `count` to migrate to (required)")
+	from := flags.Int("from", 0, "shard `COUNT` the data dir has now (required)")
+	to := flags.Int("to", 0, "shard `COUNT` to migrate to (required)")
 	dryRun := flags.Bool("dry-run", false, "read everything and report what would move; write nothing")
 	verify := flags.String("verify", "full", "`MODE` of the check before the swap: full (every key looked up again) or checksums")
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	usageError := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "shardq migrate-shards: "+format+"\n", a...)
-		flags.Usage()
-		return 2
+	pos, err := c.parse(args, func(string) string { return "" })
+	if errors.Is(err, flag.ErrHelp) {
+		c.usage(stdout)
+		return 0
 	}
 	switch {
-	case flags.NArg() > 0:
-		return usageError("unexpected argument %q", flags.Arg(0))
+	case err != nil:
+		return c.fail(stderr, "%v", err)
+	case len(pos) > 0:
+		return c.fail(stderr, "unexpected argument %q", pos[0])
 	case *dir == "":
-		return usageError("--data-dir is required")
+		return c.fail(stderr, "--data-dir is required")
 	case *from == 0 || *to == 0:
-		return usageError("--from and --to are required")
+		return c.fail(stderr, "--from and --to are required")
 	}
 	opts := badger.MigrateOptions{DryRun: *dryRun}
 	switch *verify {
@@ -65,7 +55,7 @@ func migrateShards(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case "checksums":
 		opts.Verify = badger.VerifyChecksums
 	default:
-		return usageError("--verify must be full or checksums, got %q", *verify)
+		return c.fail(stderr, "--verify must be full or checksums, got %q", *verify)
 	}
 	opts.Storage = badger.DefaultOptions()
 	opts.Storage.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -33,6 +34,8 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		{"missing file", []string{"--config", filepath.Join(dir, "none.yaml")}, "none.yaml"},
 		{"unknown flag", []string{"--colour", "blue"}, "colour"},
 		{"bad address", []string{"--mqtt", "1883"}, "--mqtt"},
+		{"bad log level", []string{"--log-level", "loud"}, "log_level"},
+		{"fraction", []string{"--config", file("e.yaml", "queues:\n  defaults:\n    partitions: 2.5\n")}, "queues.defaults.partitions: must be an integer"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -45,5 +48,25 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 				t.Fatalf("the data directory was created: the node started half-configured")
 			}
 		})
+	}
+}
+
+// TestServeReportsEveryError checks that one run names every mistake, one
+// per line.
+func TestServeReportsEveryError(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(file, []byte("queues:\n  declared:\n    orders:\n      ack_timeout: 10ms\n      partitions: 2.5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"serve", "--config", file, "--log-level", "loud", "--data-dir", filepath.Join(dir, "data")}, &out, &errb)
+	want := []string{
+		"shardq: config: " + file + ":4: queues.declared.orders.ack_timeout: must be at least 100ms, got 10ms",
+		"shardq: config: " + file + `:5: queues.declared.orders.partitions: must be an integer, got "2.5"`,
+		`shardq: config: log_level: must be debug, info, warn or error, got "loud" (from --log-level)`,
+	}
+	if got := strings.Split(strings.TrimSpace(errb.String()), "\n"); code != 2 || !slices.Equal(got, want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 2 and:\n%s", code, errb.String(), strings.Join(want, "\n"))
 	}
 }

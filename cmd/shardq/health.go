@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+const healthUsage = `usage: shardq health [--server URL] [--ready] [--timeout DURATION]
+
+Asks a node whether it is alive (GET /healthz) or, with --ready, ready to
+serve (GET /readyz: storage recovered, listeners up, not shutting down).
+Exits 0 when the node answers 200, 1 otherwise, saying why on stderr. Made
+for container and service health checks: the shardq image has no curl.
+
+The node is --server, else SHARDQ_SERVER, else the loopback address of the
+port SHARDQ_HTTP names (the node's own --http variable, so that a check
+inside its container follows it), else http://127.0.0.1:8990.
+`
+
+// healthCommand runs shardq health.
+func healthCommand(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	c := newCommand("health", healthUsage)
+	server := c.flags.String("server", defaultServer, "the node's HTTP `URL`")
+	c.env["server"] = "SHARDQ_SERVER"
+	ready := c.flags.Bool("ready", false, "check /readyz rather than /healthz")
+	timeout := c.flags.Duration("timeout", 5*time.Second, "how long to wait for the answer")
+	pos, err := c.parse(args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		c.usage(stdout)
+		return 0
+	}
+	if err != nil {
+		return c.fail(stderr, "%v", err)
+	}
+	if len(pos) > 0 {
+		return c.fail(stderr, "unexpected argument %q", pos[0])
+	}
+	if !isSet(c.flags, "server") && getenv("SHARDQ_SERVER") == "" {
+		*server = healthServer(getenv)
+	}
+	path := "/healthz"
+	if *ready {
+		path = "/readyz"
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	url := strings.TrimRight(*server, "/") + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "shardq health: %v\n", err)
+		return 2
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "shardq health: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	answer := strings.TrimSpace(string(body))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "shardq health: %s: %s %s\n", url, resp.Status, answer)
+		return 1
+	}
+	fmt.Fprintln(stdout, answer)
+	return 0
+}
+
+// healthServer returns the node shardq health asks when neither --server
+// nor SHARDQ_SERVER name one.
+func healthServer(getenv func(string) string) string {
+	if addr := getenv("SHARDQ_HTTP"); addr != "" {
+		if host, port, err := net.SplitHostPort(addr); err == nil {
+			if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+				host = "127.0.0.1"
+			}
+			return "http://" + net.JoinHostPort(host, port)
+		}
+	}
+	return defaultServer
+}
