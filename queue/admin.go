@@ -601,6 +601,7 @@ func (q *Queue) setOptions(o Options) {
 						pd := &pending{m: m, deliveries: cur.counts[m.Offset]}
 						if !m.NotBefore.IsZero() && m.NotBefore.After(q.m.now()) {
 							pd.at = m.NotBefore
+							cur.p.wantTickLocked()
 							heap.Push(&cur.retries, pd)
 							continue
 						}

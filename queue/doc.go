@@ -67,7 +67,7 @@
 //     it once; a settlement and a lease expiry run under it.
 //  5. A dead-letter queue's partition lock, taken while holding a source
 //     partition's (a dead letter is published from the source's lock).
-//  6. Queue.dedupMu, committer.mu, Credit.mu: leaves.
+//  6. Queue.dedupMu, committer.mu, Credit.mu, Manager.tickMu: leaves.
 //  7. A Receiver's own lock: Deliver runs under the partition's lock and
 //     must only queue the delivery.
 //

@@ -259,6 +259,7 @@ func (c *cursor) dispatchLocked(now time.Time) {
 			// back meanwhile either sees the mark or is seen here.
 			if c.starved.CompareAndSwap(false, true) {
 				g.starved.Add(1)
+				c.p.wantTickLocked()
 			}
 			if cons = c.takeConsumer(uniform); cons != nil && c.starved.CompareAndSwap(true, false) {
 				g.starved.Add(-1)
@@ -341,6 +342,7 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, 
 	l := &Lease{cur: cur, consumer: c, m: m, deliveries: prior + 1, seq: cur.p.seq,
 		deadline: now.Add(q.opts.AckTimeout), active: true, slot: true, explicit: c.explicit}
 	heap.Push(&cur.p.leases, l)
+	cur.p.wantTickLocked()
 	cur.leased++
 	cur.out[m.Offset] = l
 	if m.Offset >= cur.delivered {
@@ -397,6 +399,7 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		c.next++
 		prior := c.counts[off]
 		if !m.NotBefore.IsZero() && m.NotBefore.After(now) {
+			c.p.wantTickLocked()
 			heap.Push(&c.retries, &pending{m: m, deliveries: prior, at: m.NotBefore})
 			continue
 		}
@@ -487,10 +490,12 @@ func (c *cursor) fetchLocked(off uint64) {
 		c.fetching = false
 		if err != nil {
 			c.fetchErr = q.m.now().Add(time.Second)
+			c.p.wantTickLocked() // the timer tries again
 			q.m.log.Error("reading messages failed", "queue", q.name, "partition", c.p.index, "offset", off, "err", err)
 			return
 		}
 		c.ra, c.raPos, c.raFrom, c.raTo = msgs, 0, off, to
+		c.fetchErr = time.Time{}
 		if len(msgs) == readAhead {
 			c.raTo = msgs[len(msgs)-1].Offset + 1
 		}
@@ -524,6 +529,7 @@ func (c *cursor) settleLocked(off uint64, b *Batch) {
 		c.marks = append(c.marks, off)
 	}
 	c.dirty = true
+	c.p.wantTickLocked()
 	if _, ok := c.counts[off]; ok && b != nil {
 		delete(c.counts, off)
 		b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: c.g.q.name, Group: c.g.name, Partition: c.p.index, Offset: off})
@@ -581,6 +587,7 @@ func (c *cursor) unblockLocked(m *Message) {
 	pd := &pending{m: next, deliveries: c.counts[next.Offset]}
 	if !next.NotBefore.IsZero() && next.NotBefore.After(c.g.q.m.now()) {
 		pd.at = next.NotBefore // delayed: it takes the key but waits for its time
+		c.p.wantTickLocked()
 		heap.Push(&c.retries, pd)
 		return
 	}

@@ -73,6 +73,9 @@ type Manager struct {
 	wg   sync.WaitGroup
 	stop chan struct{}
 
+	tickMu  sync.Mutex
+	ticking []*partition // partitions with timer work pending (see partition.ticking)
+
 	admin sync.Mutex // serializes the operations of admin.go
 }
 
@@ -351,10 +354,38 @@ func (m *Manager) run() {
 		if retain {
 			lastRetain = now
 		}
-		for _, q := range m.Queues() {
-			q.tick(now, retain)
+		m.tick(now, retain)
+	}
+}
+
+// tick runs the timer's work on the partitions that have some pending
+// and, when retain is set, the queues' retention work.
+func (m *Manager) tick(now time.Time, retain bool) {
+	m.tickMu.Lock()
+	ps := m.ticking
+	m.ticking = nil
+	m.tickMu.Unlock()
+	var busy []*partition
+	for _, p := range ps {
+		if p.tick(now, retain) {
+			busy = append(busy, p)
 		}
 	}
+	m.tickMu.Lock()
+	m.ticking = append(m.ticking, busy...)
+	m.tickMu.Unlock()
+	if retain {
+		for _, q := range m.Queues() {
+			q.retainTick(now)
+		}
+	}
+}
+
+// addTicking puts p in the list of partitions with timer work.
+func (m *Manager) addTicking(p *partition) {
+	m.tickMu.Lock()
+	m.ticking = append(m.ticking, p)
+	m.tickMu.Unlock()
 }
 
 // Close stops the timer, finishes every pending commit and returns. The

@@ -181,6 +181,7 @@ func (p *partition) loadLocked(epoch uint64) error {
 		q.groups[st.Group].cursors[i].restore(st)
 	}
 	p.owned, p.epoch = true, epoch
+	p.wantTickLocked() // recovered leases' messages, retention below the floors
 	return nil
 }
 

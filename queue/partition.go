@@ -24,6 +24,11 @@ type partition struct {
 	owned bool
 	epoch uint64
 
+	// ticking: the partition is in the manager's list of partitions with
+	// timer work pending (leases, retries, settlements to flush, messages
+	// to delete); idle partitions cost the timer nothing.
+	ticking bool
+
 	// first is the oldest retained offset; next the offset the next append
 	// gets; committed the offset below which every append has finished
 	// (stored, or failed and left as a hole).
@@ -158,17 +163,28 @@ func (p *partition) dispatchLocked(now time.Time) {
 	}
 }
 
+// wantTickLocked puts the partition in the manager's list of partitions
+// with timer work. Lock must be held.
+func (p *partition) wantTickLocked() {
+	if !p.ticking {
+		p.ticking = true
+		p.q.m.addTicking(p)
+	}
+}
+
 // tick expires the partition's leases, releases its due retries and
 // delayed messages, persists its settlements and, when retain is set,
-// deletes what every group has settled.
-func (p *partition) tick(now time.Time, retain bool) {
+// deletes what every group has settled. It reports whether timer work is
+// still pending.
+func (p *partition) tick(now time.Time, retain bool) (busy bool) {
 	q := p.q
 	var k kicks
 	b := new(Batch)
 	p.mu.Lock()
-	if !p.owned || len(q.groups) == 0 && !retain {
+	if !p.owned || len(q.groups) == 0 {
+		p.ticking = false
 		p.mu.Unlock()
-		return
+		return false
 	}
 	for p.leases.Len() > 0 && now.After(p.leases[0].deadline) {
 		l := p.leases[0]
@@ -191,8 +207,26 @@ func (p *partition) tick(now time.Time, retain bool) {
 	}
 	p.flushLocked(b)
 	p.dispatchLocked(now)
+	busy = p.leases.Len() > 0 || p.pendingLocked()
+	p.ticking = busy
 	p.mu.Unlock()
 	k.run()
+	return busy
+}
+
+// pendingLocked reports whether a cursor of the partition has timer work
+// left: retries or delays, settlements to flush, a starved dispatch, or
+// settled messages for retention to delete. Lock must be held.
+func (p *partition) pendingLocked() bool {
+	low := p.committed
+	for _, g := range p.q.groups {
+		c := g.cursors[p.index]
+		if c.retries.Len() > 0 || c.dirty || c.starved.Load() || !c.fetchErr.IsZero() {
+			return true
+		}
+		low = min(low, c.floor)
+	}
+	return low > p.first
 }
 
 // flushStateLocked adds the unpersisted settlements of every group's
@@ -228,7 +262,10 @@ func (p *partition) flushLocked(b *Batch) {
 	if b.Len() == 0 {
 		return
 	}
-	p.c.submit(commitReq{batch: b, id: PartitionID{p.q.name, p.index}, epoch: p.epoch})
+	p.wantTickLocked() // retention may follow
+	x := new(Batch) // b may live on the caller's stack
+	*x = *b
+	p.c.submit(commitReq{batch: x, id: PartitionID{p.q.name, p.index}, epoch: p.epoch})
 }
 
 // releaseLocked ends an active lease without a settlement (lost lease or

@@ -34,6 +34,7 @@ type Queue struct {
 	dedup   dedupIndex
 
 	evicting atomic.Bool
+	evictAt  atomic.Int64 // Unix ns before which no message is old enough to evict
 	bytes    atomic.Int64 // sum of the partitions' bytes
 	depth    atomic.Int64 // messages retained: sum of next - first
 
@@ -308,22 +309,22 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 		return ErrNotLeased
 	}
 	p.endLeaseLocked(l)
-	b := new(Batch)
+	var b Batch
 	switch o {
 	case Ack:
 		q.stats.Acked.Add(1)
 		if f := q.m.opts.OnAck; f != nil {
 			f(q.name, l.m.EnqueuedAt)
 		}
-		l.cur.doneLocked(l.m, b)
+		l.cur.doneLocked(l.m, &b)
 	case Nack:
 		q.stats.Nacked.Add(1)
-		q.endDeliveryLocked(l, b, now, true)
+		q.endDeliveryLocked(l, &b, now, true)
 	case Reject:
 		q.stats.Rejected.Add(1)
 		q.deadLetterLocked(l.cur, l.m, l.deliveries, ReasonRejected, now)
 	}
-	p.flushLocked(b)
+	p.flushLocked(&b)
 	l.cur.dispatchLocked(now)
 	p.mu.Unlock()
 	k.run()
@@ -345,6 +346,7 @@ func (q *Queue) endDeliveryLocked(l *Lease, b *Batch, now time.Time, backoff boo
 	pd := &pending{m: l.m, deliveries: ended}
 	if backoff {
 		pd.at = now.Add(q.backoff(ended))
+		cur.p.wantTickLocked()
 		heap.Push(&cur.retries, pd)
 		return
 	}
@@ -378,6 +380,7 @@ func (q *Queue) deadLetterCopy(partition int, m *Message, dl DeadLetter) *Messag
 // must be held; the dead-letter queue's partition lock is taken after it.
 func (q *Queue) deadLetterLocked(cur *cursor, m *Message, deliveries uint32, reason string, now time.Time) {
 	if q.dlq == nil {
+		cur.p.wantTickLocked()
 		heap.Push(&cur.retries, &pending{m: m, deliveries: deliveries, at: now.Add(q.backoff(deliveries))})
 		return
 	}
@@ -499,21 +502,30 @@ func (q *Queue) dispatchAllLocked(now time.Time) {
 	}
 }
 
-// tick expires leases, releases due retries and, when retain is set,
-// deletes what every group has settled and starts eviction.
+// tick runs the timer's work on every partition of the queue (see
+// partition.tick) and, when retain is set, the queue's (see retainTick).
+// The manager's timer ticks only the partitions with work pending.
 func (q *Queue) tick(now time.Time, retain bool) {
 	for _, p := range q.parts {
 		p.tick(now, retain)
 	}
-	if !retain {
-		return
+	if retain {
+		q.retainTick(now)
 	}
+}
+
+// retainTick starts an eviction pass when one may find something due and
+// forgets the dedup-ids past the window.
+func (q *Queue) retainTick(now time.Time) {
 	q.mu.Lock()
 	q.startEvictionLocked(now)
 	window := q.opts.DedupWindow
 	q.mu.Unlock()
 	q.dedupMu.Lock()
-	gone := q.dedup.expire(now, window)
+	var gone []*dedupEntry
+	if len(q.dedup.order) > 0 {
+		gone = q.dedup.expire(now, window)
+	}
 	q.dedupMu.Unlock()
 	for _, e := range gone {
 		p := q.parts[e.partition]

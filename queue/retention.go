@@ -25,7 +25,7 @@ func (q *Queue) startEvictionLocked(now time.Time) {
 	if q.closed || q.evicting.Load() {
 		return
 	}
-	byAge := q.opts.MaxAge > 0
+	byAge := q.opts.MaxAge > 0 && now.UnixNano() >= q.evictAt.Load()
 	byCount := q.opts.Overflow == OverflowDropOldest && q.opts.MaxMessages > 0 && q.depth.Load() > q.opts.MaxMessages
 	byBytes := q.opts.Overflow == OverflowDropOldest && q.opts.MaxBytes > 0 && q.bytes.Load() > q.opts.MaxBytes
 	if !byAge && !byCount && !byBytes {
@@ -41,10 +41,14 @@ func (q *Queue) startEvictionLocked(now time.Time) {
 }
 
 // evict runs one pass over the partitions.
+// evict runs one pass over the partitions and records when the next pass
+// by age can find anything due: the soonest head's enqueue time plus
+// max_age (a message published later is due later still).
 func (q *Queue) evict(now time.Time) {
+	next := now.Add(q.maxAge())
 	for i := range q.parts {
 		for {
-			n, err := q.evictHead(i, now)
+			n, err := q.evictHead(i, now, &next)
 			if err != nil {
 				q.m.log.Error("eviction failed", "queue", q.name, "partition", i, "err", err)
 				return
@@ -54,11 +58,18 @@ func (q *Queue) evict(now time.Time) {
 			}
 		}
 	}
+	q.evictAt.Store(next.UnixNano())
+}
+
+func (q *Queue) maxAge() time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.opts.MaxAge
 }
 
 // evictHead evicts the due messages at the head of partition i and
 // returns how many it looked at.
-func (q *Queue) evictHead(i int, now time.Time) (int, error) {
+func (q *Queue) evictHead(i int, now time.Time, next *time.Time) (int, error) {
 	p := q.parts[i]
 	p.mu.Lock()
 	from, to := p.first, p.committed
@@ -100,6 +111,7 @@ func (q *Queue) evictHead(i int, now time.Time) (int, error) {
 scan:
 	for _, m := range msgs {
 		if m.Offset < p.first || q.leasedLocked(i, m.Offset) {
+			*next = now // held by a lease: look again next pass
 			break
 		}
 		if q.settledByAllLocked(i, m.Offset) {
@@ -113,6 +125,9 @@ scan:
 			excess--
 			excessBytes -= int64(m.Size())
 		default:
+			if q.opts.MaxAge > 0 {
+				*next = minTime(*next, m.EnqueuedAt.Add(q.opts.MaxAge))
+			}
 			break scan // the head is not due: nothing behind it is either
 		}
 		due = append(due, m)
@@ -202,4 +217,11 @@ func (q *Queue) deadLetterAll(partition int, msgs []*Message, reasons []string) 
 		}
 	}
 	return first
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
