@@ -263,7 +263,7 @@ func (p *partition) flushLocked(b *Batch) {
 		return
 	}
 	p.wantTickLocked() // retention may follow
-	x := new(Batch) // b may live on the caller's stack
+	x := new(Batch)    // b may live on the caller's stack
 	*x = *b
 	p.c.submit(commitReq{batch: x, id: PartitionID{p.q.name, p.index}, epoch: p.epoch})
 }
