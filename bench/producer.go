@@ -71,7 +71,11 @@ func connect(ctx context.Context, cfg *Config, cc paho.ClientConfig, cp *paho.Co
 	if err != nil {
 		return nil, err // names the address already
 	}
-	cc.Conn = bufferedConn{Conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		cc.Conn = bufferedConn{TCPConn: tc, r: bufio.NewReaderSize(conn, 64<<10)}
+	} else {
+		cc.Conn = conn
+	}
 	c := paho.NewClient(cc)
 	if _, err := c.Connect(ctx, cp); err != nil { // closes conn on failure
 		return nil, fmt.Errorf("mqtt connect to %s: %w", cfg.Broker, err)
@@ -82,9 +86,12 @@ func connect(ctx context.Context, cfg *Config, cc paho.ClientConfig, cp *paho.Co
 // bufferedConn reads through a buffer: paho reads a packet's fixed header,
 // length and body with separate reads, so an unbuffered socket costs the
 // load generator several system calls per delivery, CPU it takes from the
-// broker it measures on the same machine.
+// broker it measures on the same machine. It embeds the *net.TCPConn
+// itself, not a net.Conn: paho writes a packet as net.Buffers, which only
+// a TCP connection writes in one system call; through any other type they
+// are written one by one, and two goroutines' packets interleave.
 type bufferedConn struct {
-	net.Conn
+	*net.TCPConn
 	r *bufio.Reader
 }
 
