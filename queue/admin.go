@@ -440,8 +440,7 @@ func (q *Queue) appendReplayLocked(msg *Message, target string, done func(error)
 	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
 	now := q.m.now()
 	msg.EnqueuedAt = now
-	req := q.appendLocked(p, msg, size, now)
-	req.done = done
+	q.appendLocked(p, msg, size, now)
 	if _, ok := q.groups[target]; ok {
 		for name, g := range q.groups {
 			if name != target {
@@ -449,7 +448,7 @@ func (q *Queue) appendReplayLocked(msg *Message, target string, done func(error)
 			}
 		}
 	}
-	p.c.submit(req)
+	p.log.Append(p.epoch, msg, nil, q.opts.Durability == DurabilityFsync, done)
 	return nil
 }
 
@@ -494,14 +493,15 @@ func (p *partition) revokeLocked(l *Lease, k *kicks) {
 	}
 }
 
-// commitLocked submits b to the committers of its partitions with sync and
-// returns a function that waits for them. Call the function after
-// releasing the queue's locks: completing an append takes them.
+// commitLocked appends the writes of b to the logs of their partitions,
+// synced, and returns a function that waits for them. Call the function
+// after releasing the queue's locks: completing an append takes them.
 func (q *Queue) commitLocked(b *Batch) func(context.Context) error {
-	per := q.perShard(b)
+	per := b.ByPartition()
 	errc := make(chan error, len(per))
-	for c, x := range per {
-		c.submit(commitReq{batch: x, sync: true, done: func(err error) { errc <- err }})
+	for i, x := range per {
+		p := q.parts[i]
+		p.log.Append(p.epoch, nil, x, true, func(err error) { errc <- err })
 	}
 	n := len(per)
 	return func(ctx context.Context) error {
@@ -563,18 +563,11 @@ func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, 
 // a new queue, its dead-letter queue).
 func (m *Manager) persistDeclared(ctx context.Context, name string, o Options, withDLQ bool) error {
 	decl := o
-	b := &Batch{Queues: []QueueMeta{{Name: name, Partitions: o.Partitions, Declared: &decl}}}
+	metas := []QueueMeta{{Name: name, Partitions: o.Partitions, Declared: &decl}}
 	if withDLQ {
-		b.Queues = append(b.Queues, QueueMeta{Name: DLQName(name), Partitions: o.Partitions})
+		metas = append(metas, QueueMeta{Name: DLQName(name), Partitions: o.Partitions})
 	}
-	done := make(chan error, 1)
-	m.committers[0].submit(commitReq{batch: b, sync: true, done: func(err error) { done <- err }})
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return m.logs.SaveQueues(ctx, metas)
 }
 
 // dlqOptions are the settings of the dead-letter queue of a queue with
@@ -622,7 +615,7 @@ func (q *Queue) setOptions(o Options) {
 // DeclaredAtRuntime returns the names of the queues whose settings were
 // set with Declare.
 func (m *Manager) DeclaredAtRuntime() (map[string]bool, error) {
-	metas, err := m.shards[0].Queues()
+	metas, err := m.logs.Queues()
 	if err != nil {
 		return nil, storageError(err)
 	}

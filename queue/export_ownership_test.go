@@ -1,6 +1,6 @@
 package queue
 
-// RaiseFence raises the fence of partition id in its committer, as a new
+// RaiseFence raises the fence of partition id in its log, as a new
 // owner taking the partition over at epoch would, while this manager
 // still serves it with its own epoch.
 func RaiseFence(m *Manager, id PartitionID, epoch uint64) error {
@@ -8,5 +8,5 @@ func RaiseFence(m *Manager, id PartitionID, epoch uint64) error {
 	if err != nil {
 		return err
 	}
-	return p.c.fence(id, epoch)
+	return p.log.Fence(epoch)
 }

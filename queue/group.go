@@ -484,7 +484,7 @@ func (c *cursor) fetchLocked(off uint64) {
 	q.m.wg.Add(1)
 	go func() {
 		defer q.m.wg.Done()
-		msgs, err := c.p.store.Read(q.name, c.p.index, off, to, readAhead)
+		msgs, err := c.p.log.Read(off, to, readAhead)
 		c.p.mu.Lock()
 		defer c.p.mu.Unlock()
 		c.fetching = false

@@ -11,7 +11,7 @@ import (
 // ManagerOptions configure a Manager.
 type ManagerOptions struct {
 	// Usually set.
-	Store      Store
+	Store      LogStore
 	Defaults   Options
 	Declared   map[string]Options
 	AutoCreate bool
@@ -60,10 +60,9 @@ func DefaultManagerOptions() ManagerOptions {
 
 // Manager holds the queues of a node.
 type Manager struct {
-	opts       ManagerOptions
-	log        *slog.Logger
-	committers []*committer
-	shards     []Shard
+	opts ManagerOptions
+	log  *slog.Logger
+	logs Logs
 
 	mu       sync.RWMutex
 	queues   map[string]*Queue        // by name, dead-letter queues included
@@ -112,12 +111,13 @@ func NewManager(o ManagerOptions) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{opts: o, log: o.Logger, queues: map[string]*Queue{}, creating: map[string]chan struct{}{}, stop: make(chan struct{})}
-	m.shards = o.Store.Shards()
-	for i, s := range m.shards {
-		m.committers = append(m.committers, newCommitter(s, o.MaxBatch, o.OnCommit, i))
+	logs, err := o.Store.OpenLogs(LogOptions{MaxBatch: o.MaxBatch, OnCommit: o.OnCommit})
+	if err != nil {
+		return nil, err
 	}
+	m.logs = logs
 	if err := m.recover(); err != nil {
-		m.closeCommitters()
+		_ = m.logs.Close()
 		return nil, err
 	}
 	go m.run()
@@ -131,13 +131,8 @@ func (m *Manager) now() time.Time {
 	return time.Now()
 }
 
-// shardOf maps a partition to its shard (see ShardOf).
-func (m *Manager) shardOf(queue string, partition int) int {
-	return ShardOf(queue, partition, len(m.shards))
-}
-
 func (m *Manager) recover() error {
-	metas, err := m.shards[0].Queues()
+	metas, err := m.logs.Queues()
 	if err != nil {
 		return fmt.Errorf("queue: reading queue metadata: %w", err)
 	}
@@ -186,9 +181,9 @@ func (m *Manager) build(name string, opts Options) *Queue {
 func (m *Manager) buildOne(name string, opts Options) *Queue {
 	q := &Queue{m: m, name: name, opts: opts, groups: map[string]*group{}}
 	for i := 0; i < opts.Partitions; i++ {
-		si := m.shardOf(name, i)
-		q.parts = append(q.parts, newPartition(q, i, si, m.committers[si], m.shards[si], 0, 0,
-			ringOptions{slots: m.opts.RingSize, bytes: m.opts.RingBytes}))
+		p := newPartition(q, i, ringOptions{slots: m.opts.RingSize, bytes: m.opts.RingBytes})
+		p.log = m.logs.Log(PartitionID{name, i}, p.appended)
+		q.parts = append(q.parts, p)
 	}
 	return q
 }
@@ -295,18 +290,7 @@ func (m *Manager) create(ctx context.Context, name string, persist func(context.
 // persistMeta durably records a queue and its dead-letter queue before
 // anything is appended to them.
 func (m *Manager) persistMeta(ctx context.Context, name string, partitions int) error {
-	done := make(chan error, 1)
-	m.committers[0].submit(commitReq{
-		batch: &Batch{Queues: []QueueMeta{{Name: name, Partitions: partitions}, {Name: DLQName(name), Partitions: partitions}}},
-		sync:  true,
-		done:  func(err error) { done <- err },
-	})
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return m.logs.SaveQueues(ctx, []QueueMeta{{Name: name, Partitions: partitions}, {Name: DLQName(name), Partitions: partitions}})
 }
 
 // Publish appends msg to the named queue (see Queue.Publish).
@@ -343,9 +327,7 @@ func (m *Manager) run() {
 		case <-m.stop:
 			return
 		case <-st.C:
-			for _, c := range m.committers {
-				c.syncIfNeeded()
-			}
+			m.logs.SyncAsync()
 			continue
 		case <-t.C:
 		}
@@ -419,7 +401,5 @@ func (m *Manager) Close(ctx context.Context) error {
 }
 
 func (m *Manager) closeCommitters() {
-	for _, c := range m.committers {
-		c.close()
-	}
+	_ = m.logs.Close()
 }

@@ -51,7 +51,7 @@ func (r *recorder) wait(t *testing.T, n int) []queue.Delivery {
 	}
 }
 
-func newManager(t testing.TB, store queue.Store, edit func(*queue.ManagerOptions)) *queue.Manager {
+func newManager(t testing.TB, store queue.LogStore, edit func(*queue.ManagerOptions)) *queue.Manager {
 	t.Helper()
 	o := queue.DefaultManagerOptions()
 	o.Store = store

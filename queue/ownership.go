@@ -46,7 +46,7 @@ func (m *Manager) acquire(p *partition, epoch uint64) error {
 		q.unlockAll()
 		return nil
 	}
-	if err := p.c.fence(id, epoch); err != nil {
+	if err := p.log.Fence(epoch); err != nil {
 		q.unlockAll()
 		return err
 	}
@@ -89,7 +89,7 @@ func (m *Manager) Release(ctx context.Context, id PartitionID) error {
 	done := make(chan error, 1)
 	// Submitted after every append of the partition: the committer
 	// completes in order, so the flush completing means they did too.
-	p.c.submit(commitReq{batch: b, sync: true, done: func(err error) { done <- err }})
+	p.log.Append(p.epoch, nil, b, true, func(err error) { done <- err })
 	q.unlockAll()
 	k.run()
 	select {
@@ -140,15 +140,15 @@ func (m *Manager) acquireAll(q *Queue) error {
 func (p *partition) loadLocked(epoch uint64) error {
 	q := p.q
 	name, i := q.name, p.index
-	first, next, err := p.store.Bounds(name, i)
+	first, next, err := p.log.Bounds()
 	if err != nil {
 		return fmt.Errorf("queue: reading bounds of %s/%d: %w", name, i, err)
 	}
-	states, err := p.store.Groups(name, i)
+	states, err := p.log.Groups()
 	if err != nil {
 		return fmt.Errorf("queue: reading groups of %s/%d: %w", name, i, err)
 	}
-	ids, err := p.store.Dedups(name, i)
+	ids, err := p.log.Dedups()
 	if err != nil {
 		return fmt.Errorf("queue: reading dedup-ids of %s/%d: %w", name, i, err)
 	}
@@ -158,7 +158,7 @@ func (p *partition) loadLocked(epoch uint64) error {
 	p.ring = newRing(next, p.ring.o)
 	p.sizes = make([]uint32, next-first)
 	if q.opts.MaxBytes > 0 {
-		if err := p.loadSizes(name); err != nil {
+		if err := p.loadSizes(); err != nil {
 			return fmt.Errorf("queue: reading sizes of %s/%d: %w", name, i, err)
 		}
 		q.bytes.Add(p.bytes)

@@ -14,9 +14,7 @@ import (
 type partition struct {
 	q     *Queue
 	index int
-	shard int
-	c     *committer
-	store Shard
+	log   Log
 
 	mu sync.Mutex
 
@@ -46,19 +44,12 @@ type partition struct {
 	// soonest deadline first; seq numbers them.
 	leases leaseHeap
 	seq    uint64
-
-	// appends collects the partition's messages of one completed commit;
-	// only the completer goroutine of the partition's committer touches it.
-	appends []*Message
 }
 
-func newPartition(q *Queue, index, shard int, c *committer, store Shard, first, next uint64, o ringOptions) *partition {
-	return &partition{
-		q: q, index: index, shard: shard, c: c, store: store,
-		first: first, next: next, committed: next,
-		ring:  newRing(next, o),
-		sizes: make([]uint32, next-first),
-	}
+// newPartition returns partition index of q, empty and not acquired; its
+// log is set by the caller.
+func newPartition(q *Queue, index int, o ringOptions) *partition {
+	return &partition{q: q, index: index, ring: newRing(0, o)}
 }
 
 // put records a committed append (m nil for a failed one) at offset off.
@@ -111,9 +102,9 @@ func (p *partition) advance(first uint64) int64 {
 // loadSizes reads the sizes of the partition's retained messages from
 // storage, for max_bytes. It reads every message once: a cost paid at start
 // only by queues with max_bytes set.
-func (p *partition) loadSizes(queue string) error {
+func (p *partition) loadSizes() error {
 	for from := p.first; from < p.next; {
-		msgs, err := p.store.Read(queue, p.index, from, p.next, 4096)
+		msgs, err := p.log.Read(from, p.next, 4096)
 		if err != nil {
 			return err
 		}
@@ -265,7 +256,7 @@ func (p *partition) flushLocked(b *Batch) {
 	p.wantTickLocked() // retention may follow
 	x := new(Batch)    // b may live on the caller's stack
 	*x = *b
-	p.c.submit(commitReq{batch: x, id: PartitionID{p.q.name, p.index}, epoch: p.epoch})
+	p.log.Append(p.epoch, nil, x, false, nil)
 }
 
 // releaseLocked ends an active lease without a settlement (lost lease or

@@ -136,12 +136,13 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 		entry = q.dedup.add(msg.DedupID, p.index, msg.EnqueuedAt)
 		q.dedupMu.Unlock()
 	}
-	req := q.appendLocked(p, msg, size, now)
-	req.done = done
+	q.appendLocked(p, msg, size, now)
+	var state *Batch
 	if dedup {
-		req.batch = &Batch{Dedups: []DedupMark{{Queue: q.name, Partition: p.index, ID: msg.DedupID, At: msg.EnqueuedAt}}}
-		req.done = func(err error) {
-			finish(done, err)
+		state = &Batch{Dedups: []DedupMark{{Queue: q.name, Partition: p.index, ID: msg.DedupID, At: msg.EnqueuedAt}}}
+		producer := done
+		done = func(err error) {
+			finish(producer, err)
 			q.dedupMu.Lock()
 			waiters := q.dedup.complete(msg.DedupID, entry, err)
 			q.dedupMu.Unlock()
@@ -150,16 +151,15 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 			}
 		}
 	}
-	p.c.submit(req)
+	p.log.Append(p.epoch, msg, state, q.opts.Durability == DurabilityFsync, done)
 	p.mu.Unlock()
 }
 
-// appendLocked gives msg the partition's next offset and returns the
-// request that stores it; the caller sets its callback and submits it
-// before releasing the partition's lock, so that a partition's appends
-// reach its committer in offset order. Offsets are assigned here only.
-// The partition's lock must be held.
-func (q *Queue) appendLocked(p *partition, msg *Message, size int, now time.Time) commitReq {
+// appendLocked gives msg the partition's next offset; the caller appends
+// it to the partition's log before releasing the partition's lock, so that
+// a partition's appends reach its log in offset order. Offsets are
+// assigned here only. The partition's lock must be held.
+func (q *Queue) appendLocked(p *partition, msg *Message, size int, now time.Time) {
 	if msg.EnqueuedAt.IsZero() {
 		msg.EnqueuedAt = now
 	}
@@ -171,13 +171,6 @@ func (q *Queue) appendLocked(p *partition, msg *Message, size int, now time.Time
 	p.add(size)
 	q.bytes.Add(int64(size))
 	q.depth.Add(1)
-	return commitReq{
-		app:   Append{Queue: q.name, Partition: p.index, Message: msg},
-		part:  p,
-		sync:  q.opts.Durability == DurabilityFsync,
-		id:    PartitionID{q.name, p.index},
-		epoch: p.epoch,
-	}
 }
 
 func finish(done func(error), err error) {
@@ -409,78 +402,6 @@ func (q *Queue) deadLettered(cur *cursor, m *Message, deliveries uint32, err err
 	cur.dispatchLocked(q.m.now())
 	p.mu.Unlock()
 	k.run()
-}
-
-// perShard splits the partition writes of b by the committer of their
-// partition's shard; b itself comes back when they all share one.
-func (q *Queue) perShard(b *Batch) map[*committer]*Batch {
-	var one *committer
-	mixed := false
-	note := func(p int) {
-		c := q.parts[p].c
-		if one == nil {
-			one = c
-		} else if one != c {
-			mixed = true
-		}
-	}
-	for _, w := range b.Floors {
-		note(w.Partition)
-	}
-	for _, w := range b.Marks {
-		note(w.Partition)
-	}
-	for _, w := range b.Deliveries {
-		note(w.Partition)
-	}
-	for _, w := range b.Deletes {
-		note(w.Partition)
-	}
-	for _, w := range b.DropGroups {
-		note(w.Partition)
-	}
-	for _, w := range b.Dedups {
-		note(w.Partition)
-	}
-	if !mixed {
-		if one == nil {
-			return nil
-		}
-		return map[*committer]*Batch{one: b}
-	}
-	per := map[*committer]*Batch{}
-	part := func(p int) *Batch {
-		c := q.parts[p].c
-		if per[c] == nil {
-			per[c] = new(Batch)
-		}
-		return per[c]
-	}
-	for _, w := range b.Floors {
-		x := part(w.Partition)
-		x.Floors = append(x.Floors, w)
-	}
-	for _, w := range b.Marks {
-		x := part(w.Partition)
-		x.Marks = append(x.Marks, w)
-	}
-	for _, w := range b.Deliveries {
-		x := part(w.Partition)
-		x.Deliveries = append(x.Deliveries, w)
-	}
-	for _, w := range b.Deletes {
-		x := part(w.Partition)
-		x.Deletes = append(x.Deletes, w)
-	}
-	for _, w := range b.DropGroups {
-		x := part(w.Partition)
-		x.DropGroups = append(x.DropGroups, w)
-	}
-	for _, w := range b.Dedups {
-		x := part(w.Partition)
-		x.Dedups = append(x.Dedups, w)
-	}
-	return per
 }
 
 // closeLocked persists the settlements not yet written and refuses new

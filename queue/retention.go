@@ -86,7 +86,7 @@ func (q *Queue) evictHead(i int, now time.Time, next *time.Time) (int, error) {
 	p.mu.Unlock()
 	if len(msgs) == 0 && from < to {
 		var err error
-		if msgs, err = p.store.Read(q.name, i, from, to, evictBatch); err != nil {
+		if msgs, err = p.log.Read(from, to, evictBatch); err != nil {
 			return 0, err
 		}
 	}

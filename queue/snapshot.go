@@ -140,7 +140,7 @@ func (q *Queue) Info() Info {
 	info := Info{Name: q.name, Options: q.opts, Counts: q.stats.Snapshot()}
 	for _, p := range q.parts {
 		info.Partitions = append(info.Partitions, PartitionInfo{
-			Partition: p.index, Shard: p.shard, First: p.first, Next: p.next, Committed: p.committed,
+			Partition: p.index, Shard: shardOf(p.log), First: p.first, Next: p.next, Committed: p.committed,
 		})
 	}
 	names := make([]string, 0, len(q.groups))
@@ -163,7 +163,7 @@ func (q *Queue) Info() Info {
 	for _, r := range reads {
 		gp := &info.Groups[r.g].Partitions[r.p]
 		p := q.parts[r.p]
-		msgs, err := p.store.Read(q.name, r.p, gp.Floor, info.Partitions[r.p].Committed, 1)
+		msgs, err := p.log.Read(gp.Floor, info.Partitions[r.p].Committed, 1)
 		if err == nil && len(msgs) == 1 {
 			gp.OldestUnsettled = msgs[0].EnqueuedAt
 		}
@@ -246,10 +246,18 @@ func (q *Queue) read(pi int, from, to uint64, n int) ([]*Message, error) {
 	var out []*Message
 	if from < min(low, to) {
 		var err error
-		if out, err = p.store.Read(q.name, pi, from, min(low, to), n); err != nil {
+		if out, err = p.log.Read(from, min(low, to), n); err != nil {
 			return nil, storageError(err)
 		}
 	}
 	out = append(out, mem...)
 	return out[:min(len(out), n)], nil
+}
+
+// shardOf returns the storage shard of a log that has one, else -1.
+func shardOf(l Log) int {
+	if s, ok := l.(interface{ Shard() int }); ok {
+		return s.Shard()
+	}
+	return -1
 }

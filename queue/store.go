@@ -1,10 +1,87 @@
 package queue
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
-// The storage seams of the queue domain. storage/badger implements them on
-// disk; queuetest holds an in-memory implementation and the conformance
-// suite every implementation must pass.
+// The storage seams of the queue domain. The Manager sees only LogStore,
+// Logs and Log: one log per partition, written under the partition's epoch.
+// Below them, Store, Shard and the batches are what a log is built on
+// locally: storage/badger implements both levels on disk, with group commit
+// behind Log; queuetest holds an in-memory implementation and the
+// conformance suites every implementation must pass. A raft-replicated log
+// implements Log too.
+
+// LogStore opens the partition logs of a node.
+type LogStore interface {
+	// OpenLogs starts the logs of a manager; the manager closes them.
+	OpenLogs(o LogOptions) (Logs, error)
+}
+
+// LogOptions tune the logs a manager opens.
+type LogOptions struct {
+	// MaxBatch caps the writes of one commit.
+	MaxBatch int
+	// OnCommit, if set, is told about every committed batch.
+	OnCommit func(CommitStats)
+}
+
+// CommitStats describes one committed batch, for metrics.
+type CommitStats struct {
+	Shard    int
+	Requests int
+	Writes   int
+	Duration time.Duration
+	Err      error
+}
+
+// Logs are a node's partition logs and its catalog of queues, open from a
+// manager's start to its close.
+type Logs interface {
+	// Log returns the log of partition id. committed is told about each
+	// committed batch of the partition's appends, in offset order (err
+	// set: none was stored, their offsets are holes), before the callbacks
+	// of those appends run; it runs on a goroutine of the logs and may take
+	// the partition's lock. Call Log once per partition.
+	Log(id PartitionID, committed func(msgs []*Message, err error)) Log
+	// Queues returns every queue the catalog holds.
+	Queues() ([]QueueMeta, error)
+	// SaveQueues records the queues' metadata durably.
+	SaveQueues(ctx context.Context, metas []QueueMeta) error
+	// SyncAsync makes the writes made without sync durable; the manager
+	// calls it every sync interval (durability async).
+	SyncAsync()
+	// Close completes every write queued so far, runs its callbacks and
+	// refuses later writes with ErrClosed. The store stays open.
+	Close() error
+}
+
+// Log is the storage of one partition: what its messages and the state of
+// its groups are appended to, and read back from.
+type Log interface {
+	// Fence makes epoch the epoch the partition's writes need: a write
+	// made under an older one fails with a FencedError, even one already
+	// queued. An epoch below the current fence fails with a FencedError.
+	Fence(epoch uint64) error
+	// Append queues a write of the partition made under epoch: msg stored
+	// at its offset (nil for none) and state, the partition's state writes
+	// (nil for none), applied atomically. done (may be nil) runs once the
+	// write is stored, on stable storage when sync is set, or failed. A
+	// partition's writes complete in the order they were queued; Append
+	// never blocks.
+	Append(epoch uint64, msg *Message, state *Batch, sync bool, done func(error))
+	// Read returns up to max stored messages with from <= offset < to, in
+	// offset order.
+	Read(from, to uint64, max int) ([]*Message, error)
+	// Bounds returns the first retained offset and the offset the next
+	// append gets; (0, 0) for a partition that never held a message.
+	Bounds() (first, next uint64, err error)
+	// Groups returns the stored state of every group on the partition.
+	Groups() ([]GroupState, error)
+	// Dedups returns the dedup-ids recorded on the partition and when.
+	Dedups() (map[string]time.Time, error)
+}
 
 // Store is a node's storage: a fixed number of independent shards.
 type Store interface {
@@ -148,6 +225,8 @@ type GroupRef struct {
 	Partition int
 }
 
+// The methods below are the one place that lists the batch's fields.
+
 // Len is the number of writes in the batch.
 func (b *Batch) Len() int {
 	return len(b.Appends) + len(b.Deletes) + len(b.Floors) + len(b.Marks) +
@@ -167,8 +246,8 @@ func (b *Batch) Reset() {
 	b.Dedups = b.Dedups[:0]
 }
 
-// merge appends the writes of o to b.
-func (b *Batch) merge(o *Batch) {
+// Merge appends the writes of o to b.
+func (b *Batch) Merge(o *Batch) {
 	b.Appends = append(b.Appends, o.Appends...)
 	b.Deletes = append(b.Deletes, o.Deletes...)
 	b.Floors = append(b.Floors, o.Floors...)
@@ -177,4 +256,30 @@ func (b *Batch) merge(o *Batch) {
 	b.Queues = append(b.Queues, o.Queues...)
 	b.DropGroups = append(b.DropGroups, o.DropGroups...)
 	b.Dedups = append(b.Dedups, o.Dedups...)
+}
+
+// ByPartition splits the partition writes of b by partition; Queues writes
+// are left out (they belong to the catalog, not to a partition).
+func (b *Batch) ByPartition() map[int]*Batch {
+	per := map[int]*Batch{}
+	splitInto(per, b.Appends, func(w Append) int { return w.Partition }, func(x *Batch) *[]Append { return &x.Appends })
+	splitInto(per, b.Deletes, func(w RangeDelete) int { return w.Partition }, func(x *Batch) *[]RangeDelete { return &x.Deletes })
+	splitInto(per, b.Floors, func(w FloorWrite) int { return w.Partition }, func(x *Batch) *[]FloorWrite { return &x.Floors })
+	splitInto(per, b.Marks, func(w SettleMark) int { return w.Partition }, func(x *Batch) *[]SettleMark { return &x.Marks })
+	splitInto(per, b.Deliveries, func(w DeliveryMark) int { return w.Partition }, func(x *Batch) *[]DeliveryMark { return &x.Deliveries })
+	splitInto(per, b.DropGroups, func(w GroupRef) int { return w.Partition }, func(x *Batch) *[]GroupRef { return &x.DropGroups })
+	splitInto(per, b.Dedups, func(w DedupMark) int { return w.Partition }, func(x *Batch) *[]DedupMark { return &x.Dedups })
+	return per
+}
+
+// splitInto appends each write of ws to the field of its partition's batch.
+func splitInto[T any](per map[int]*Batch, ws []T, partition func(T) int, field func(*Batch) *[]T) {
+	for _, w := range ws {
+		p := partition(w)
+		if per[p] == nil {
+			per[p] = new(Batch)
+		}
+		f := field(per[p])
+		*f = append(*f, w)
+	}
 }

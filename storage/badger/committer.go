@@ -1,44 +1,43 @@
-package queue
+package badger
 
 import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardq/shardq/queue"
 )
 
-// commitReq is one unit of work for a committer: usually a single append
-// (the hot path, kept free of allocations beyond the request itself), or a
-// batch of state writes.
+// commitReq is one write of a partition log: usually a single append (the
+// hot path, kept free of allocations beyond the request itself), or state
+// writes, or both.
 type commitReq struct {
-	app Append
-	// part is the partition of app: its completion makes the message
-	// visible there, batched with the others of the same commit.
-	part  *partition
-	batch *Batch
+	log   *partitionLog // nil for catalog writes
+	msg   *queue.Message
+	state *queue.Batch
 	sync  bool
 	done  func(error)
-	// epoch, when not 0, is the epoch of partition id the request was made
-	// under: a fence raised past it fails the request (ErrFenced).
-	id    PartitionID
 	epoch uint64
 }
 
 // committer is the group commit of one shard: one goroutine drains the
 // requests that arrived while the previous batch was being written, writes
 // them as one batch with one sync, and hands the batch to a completer
-// goroutine that runs the callbacks in submission order while the next
-// batch is written. Submit never blocks: producers are bounded by their own
-// in-flight cap, so the queue of requests is bounded too.
+// goroutine that, while the next batch is written, makes each partition's
+// appends of the batch known to it at once (partitionLog.committed) and
+// then runs the callbacks in submission order. Submit never blocks:
+// producers are bounded by their own in-flight cap, so the queue of
+// requests is bounded too.
 type committer struct {
-	shard    Shard
+	shard    *Shard
+	index    int
 	maxBatch int
-	observe  func(CommitStats)
+	observe  func(queue.CommitStats)
 
 	mu      sync.Mutex
 	pending []commitReq
 	closed  bool
 	wake    chan struct{}
-	fences  map[PartitionID]uint64 // the epoch each partition's writes need
 
 	completions chan completion
 	stopped     chan struct{}
@@ -52,25 +51,15 @@ type completion struct {
 	err  error
 }
 
-// CommitStats describes one committed batch, for metrics.
-type CommitStats struct {
-	Shard    int
-	Requests int
-	Writes   int
-	Duration time.Duration
-	Err      error
-}
-
-func newCommitter(shard Shard, maxBatch int, observe func(CommitStats), index int) *committer {
+func newCommitter(shard *Shard, index, maxBatch int, observe func(queue.CommitStats)) *committer {
 	c := &committer{
 		shard:       shard,
+		index:       index,
 		maxBatch:    maxBatch,
+		observe:     observe,
 		wake:        make(chan struct{}, 1),
 		completions: make(chan completion, 2),
 		stopped:     make(chan struct{}),
-	}
-	if observe != nil {
-		c.observe = func(s CommitStats) { s.Shard = index; observe(s) }
 	}
 	go c.run()
 	go c.complete()
@@ -83,7 +72,7 @@ func (c *committer) submit(r commitReq) {
 	if c.closed {
 		c.mu.Unlock()
 		if r.done != nil {
-			r.done(ErrClosed)
+			r.done(queue.ErrClosed)
 		}
 		return
 	}
@@ -98,31 +87,27 @@ func (c *committer) submit(r commitReq) {
 	}
 }
 
-// fence makes epoch the epoch partition id's writes need: a request made
-// under an older one fails with ErrFenced, even one already queued. A
-// lower epoch than the current fence is refused.
-func (c *committer) fence(id PartitionID, epoch uint64) error {
+// fence makes epoch the epoch l's writes need (see queue.Log.Fence).
+func (c *committer) fence(l *partitionLog, epoch uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cur := c.fences[id]; epoch < cur {
-		return &FencedError{Partition: id, Epoch: epoch, Current: cur}
+	if epoch < l.fence {
+		return &queue.FencedError{Partition: l.id, Epoch: epoch, Current: l.fence}
 	}
-	if c.fences == nil {
-		c.fences = map[PartitionID]uint64{}
-	}
-	c.fences[id] = epoch
+	l.fence = epoch
 	return nil
 }
 
 // dropFenced completes the requests made under an epoch older than their
-// partition's fence, with ErrFenced, and returns the others.
+// partition's fence, with a FencedError, and returns the others.
 func (c *committer) dropFenced(reqs []commitReq) []commitReq {
 	var stale []completion
 	kept := reqs[:0]
 	c.mu.Lock()
 	for _, r := range reqs {
-		if cur := c.fences[r.id]; r.epoch != 0 && r.epoch < cur {
-			stale = append(stale, completion{reqs: []commitReq{r}, err: &FencedError{Partition: r.id, Epoch: r.epoch, Current: cur}})
+		if r.log != nil && r.epoch < r.log.fence {
+			err := &queue.FencedError{Partition: r.log.id, Epoch: r.epoch, Current: r.log.fence}
+			stale = append(stale, completion{reqs: []commitReq{r}, err: err})
 			continue
 		}
 		kept = append(kept, r)
@@ -158,23 +143,20 @@ func (c *committer) close() {
 func (c *committer) run() {
 	defer close(c.completions)
 	var spare []commitReq
-	var b Batch
+	var b queue.Batch
 	for range c.wake {
 		c.mu.Lock()
 		reqs := c.pending
 		all := reqs
 		c.pending = spare[:0]
 		closed := c.closed
-		fenced := len(c.fences) > 0
 		c.mu.Unlock()
-		if fenced {
-			reqs = c.dropFenced(reqs)
-		}
+		reqs = c.dropFenced(reqs)
 
 		for len(reqs) > 0 {
 			n := c.fill(&b, reqs)
 			start := time.Now()
-			sync := c.anySync(reqs[:n])
+			sync := anySync(reqs[:n])
 			err := c.shard.Write(&b, sync)
 			if err == nil {
 				if sync {
@@ -184,10 +166,10 @@ func (c *committer) run() {
 				}
 			}
 			if c.observe != nil {
-				c.observe(CommitStats{Requests: n, Writes: b.Len(), Duration: time.Since(start), Err: err})
+				c.observe(queue.CommitStats{Shard: c.index, Requests: n, Writes: b.Len(), Duration: time.Since(start), Err: err})
 			}
 			if err != nil {
-				err = storageError(err)
+				err = &queue.StorageError{Err: err}
 			}
 			done := make([]commitReq, n)
 			copy(done, reqs[:n])
@@ -213,25 +195,25 @@ func (c *committer) run() {
 }
 
 // fill merges requests into b up to maxBatch writes and returns how many it took.
-func (c *committer) fill(b *Batch, reqs []commitReq) int {
+func (c *committer) fill(b *queue.Batch, reqs []commitReq) int {
 	n := 0
 	for n < len(reqs) {
 		r := &reqs[n]
 		if n > 0 && b.Len() >= c.maxBatch {
 			break
 		}
-		if r.app.Message != nil {
-			b.Appends = append(b.Appends, r.app)
+		if r.msg != nil {
+			b.Appends = append(b.Appends, queue.Append{Queue: r.log.id.Queue, Partition: r.log.id.Partition, Message: r.msg})
 		}
-		if r.batch != nil {
-			b.merge(r.batch)
+		if r.state != nil {
+			b.Merge(r.state)
 		}
 		n++
 	}
 	return n
 }
 
-func (c *committer) anySync(reqs []commitReq) bool {
+func anySync(reqs []commitReq) bool {
 	for i := range reqs {
 		if reqs[i].sync {
 			return true
@@ -241,29 +223,30 @@ func (c *committer) anySync(reqs []commitReq) bool {
 }
 
 // complete runs the callbacks of committed batches in order. The appends
-// of a batch are first made visible per partition, one lock and one
-// dispatch for each partition the batch touched; then the producers are
-// answered.
+// of a batch are first made known per partition, one call for each
+// partition the batch touched; then the writers are answered.
 func (c *committer) complete() {
 	defer close(c.stopped)
-	var parts []*partition
+	var logs []*partitionLog
 	for comp := range c.completions {
-		parts = parts[:0]
+		logs = logs[:0]
 		for i := range comp.reqs {
 			r := &comp.reqs[i]
-			if r.part == nil {
+			if r.msg == nil {
 				continue
 			}
-			if len(r.part.appends) == 0 {
-				parts = append(parts, r.part)
+			if len(r.log.appends) == 0 {
+				logs = append(logs, r.log)
 			}
-			r.part.appends = append(r.part.appends, r.app.Message)
+			r.log.appends = append(r.log.appends, r.msg)
 		}
-		for i, p := range parts {
-			p.appended(p.appends, comp.err)
-			clear(p.appends)
-			p.appends = p.appends[:0]
-			parts[i] = nil
+		for i, l := range logs {
+			if l.committed != nil {
+				l.committed(l.appends, comp.err)
+			}
+			clear(l.appends)
+			l.appends = l.appends[:0]
+			logs[i] = nil
 		}
 		for i := range comp.reqs {
 			if d := comp.reqs[i].done; d != nil {
