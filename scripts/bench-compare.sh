@@ -9,15 +9,22 @@
 #   mochi        bin/mochi, vanilla mochi (bench/mochi)
 #   mosquitto    mosquitto with a config of its own, if `mosquitto` is found
 # then runs `shardq bench pubsub` against mochi and mosquitto and
-# `shardq bench cycle` against both shardq nodes, every broker once per
-# round, for ROUNDS rounds, and writes the report (bench/cmd/benchreport).
-# Every process it starts is stopped when it exits.
+# `shardq bench cycle` against both shardq nodes (the key node with 64 and
+# with 10,000 keys), every run once per round, for ROUNDS rounds; then
+# shardq-none once more at half its median rate (PUBACK latency below
+# saturation); then, each on a fresh node, 10,000 idle queues with one
+# message each (bench/queuesprobe: the node's RSS) and the restart of a
+# node holding a BACKLOG-message backlog (time until it accepts MQTT
+# again). It writes the report (bench/cmd/benchreport). Every process it
+# starts is stopped when it exits.
 #
 # Environment:
 #   ROUNDS=3              rounds
 #   DURATION=5s           measured time of each run
 #   WARMUP=1s             warm-up of each run, not measured
 #   BENCH_ARGS=           more flags for every run, e.g. "--producers 8"
+#   IDLE_QUEUES=10000     idle queues for the memory probe (0 skips it)
+#   BACKLOG=1000000       messages of the restart probe's backlog (0 skips it)
 #   OUT=docs/BENCHMARKS.md
 #   WORK_DIR=             data directories, configs, logs and results; default
 #                         a new directory in ${TMPDIR:-/tmp}, removed at exit
@@ -33,6 +40,8 @@ DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-1s}
 OUT=${OUT:-docs/BENCHMARKS.md}
 GO=${GO:-go}
+IDLE_QUEUES=${IDLE_QUEUES:-10000}
+BACKLOG=${BACKLOG:-1000000}
 read -ra extra_args <<<"${BENCH_ARGS:-}"
 
 cd "$(dirname "$0")/.."
@@ -123,7 +132,7 @@ if [[ -n ${WORK_DIR:-} ]]; then
 else
 	work=$(mktemp -d "${TMPDIR:-/tmp}/shardq-bench.XXXXXX")
 fi
-rm -rf "$work/results" "$work/data-none" "$work/data-key" # a WORK_DIR used before
+rm -rf "$work/results" "$work"/data-* # a WORK_DIR used before
 mkdir -p "$work/results" "$work/bin"
 
 echo "building bin/shardq, bin/mochi and the report tools"
@@ -131,6 +140,7 @@ $GO build -o bin/shardq ./cmd/shardq
 $GO build -o bin/mochi ./bench/mochi
 $GO build -o "$work/bin/benchreport" ./bench/cmd/benchreport
 $GO build -o "$work/bin/fsyncprobe" ./bench/fsyncprobe
+$GO build -o "$work/bin/queuesprobe" ./bench/queuesprobe
 
 # The disk, measured before any broker runs, where the data directories are.
 "$work/bin/fsyncprobe" --dir "$work" --json >"$work/fsync.json"
@@ -183,40 +193,107 @@ for name in shardq-none shardq-key mochi mosquitto; do
 	[[ -n ${pid[$name]:-} ]] && wait_up "$name"
 done
 
-# The runs in the order each round runs them: NAME SCENARIO FLAGS...
+# The runs in the order each round runs them: RUN BROKER SCENARIO FLAGS...
 runs=(
-	"mochi pubsub"
-	"mosquitto pubsub"
-	"shardq-none cycle --receive-max 1024"
-	"shardq-key cycle --receive-max 1024 --keys 64 --ordering-check"
+	"mochi mochi pubsub"
+	"mosquitto mosquitto pubsub"
+	"shardq-none shardq-none cycle --receive-max 1024"
+	"shardq-key shardq-key cycle --receive-max 1024 --keys 64 --ordering-check"
+	"shardq-key10k shardq-key cycle --receive-max 1024 --keys 10000 --ordering-check"
 )
 failed=()
 results=()
+
+# measure RUN BROKER SCENARIO ROUND [FLAGS...]: one run, its result in
+# WORK/results/RUN-rROUND.json.
+measure() {
+	local run=$1 name=$2 scenario=$3 round=$4
+	shift 4
+	kill -0 "${pid[$name]}" 2>/dev/null || die "$name (pid ${pid[$name]}) has exited; its log: $work/$name.log"
+	local out="$work/results/$run-r$round.json" code=0
+	results+=("$out")
+	bin/shardq bench "$scenario" --broker "127.0.0.1:${port[$name]}" --broker-pid "${pid[$name]}" \
+		--duration "$DURATION" --warmup "$WARMUP" --json \
+		"$@" ${extra_args[@]+"${extra_args[@]}"} \
+		>"$out" 2>"${out%.json}.err" || code=$?
+	local status rate
+	status=$(sed -n 's/^  "status": "\(.*\)",$/\1/p' "$out")
+	rate=$(sed -n 's/^  "throughput_msgs_per_s": \([0-9]*\).*/\1/p' "$out")
+	printf '  round %d  %-14s %-7s %-8s %s\n' "$round" "$run" "$scenario" "${status:-ERROR}" "${rate:+$rate msgs/s}"
+	if [[ $code == 2 ]]; then
+		cat "${out%.json}.err" >&2
+		die "shardq bench refused its arguments"
+	fi
+	if [[ $code != 0 ]]; then
+		failed+=("$run round $round: ${status:-$(head -n 1 "${out%.json}.err")}")
+	fi
+}
+
 for round in $(seq "$ROUNDS"); do
 	for spec in "${runs[@]}"; do
-		read -r name scenario flags <<<"$spec"
+		read -r run name scenario flags <<<"$spec"
 		[[ -n ${pid[$name]:-} ]] || continue
-		kill -0 "${pid[$name]}" 2>/dev/null || die "$name (pid ${pid[$name]}) has exited; its log: $work/$name.log"
 		read -ra run_flags <<<"${flags:-}"
-		out="$work/results/$name-r$round.json"
-		results+=("$out")
-		code=0
-		bin/shardq bench "$scenario" --broker "127.0.0.1:${port[$name]}" --broker-pid "${pid[$name]}" \
-			--duration "$DURATION" --warmup "$WARMUP" --json \
-			${run_flags[@]+"${run_flags[@]}"} ${extra_args[@]+"${extra_args[@]}"} \
-			>"$out" 2>"${out%.json}.err" || code=$?
-		status=$(sed -n 's/^  "status": "\(.*\)",$/\1/p' "$out")
-		rate=$(sed -n 's/^  "throughput_msgs_per_s": \([0-9]*\).*/\1/p' "$out")
-		printf '  round %d  %-12s %-7s %-8s %s\n' "$round" "$name" "$scenario" "${status:-ERROR}" "${rate:+$rate msgs/s}"
-		if [[ $code == 2 ]]; then
-			cat "${out%.json}.err" >&2
-			die "shardq bench refused its arguments"
-		fi
-		if [[ $code != 0 ]]; then
-			failed+=("$name round $round: ${status:-$(head -n 1 "${out%.json}.err")}")
-		fi
+		measure "$run" "$name" "$scenario" "$round" ${run_flags[@]+"${run_flags[@]}"}
 	done
 done
+
+# PUBACK latency below saturation: shardq-none at half its median rate.
+rates=$(for f in "$work"/results/shardq-none-r*.json; do sed -n 's/^  "throughput_msgs_per_s": \([0-9]*\).*/\1/p' "$f"; done | sort -n)
+half=0
+if [[ -n $rates ]]; then
+	n=$(wc -l <<<"$rates")
+	half=$(($(sed -n "$(((n + 1) / 2))p" <<<"$rates") / 2))
+fi
+if ((half > 0)); then
+	measure shardq-none-half shardq-none cycle 1 --receive-max 1024 --rate "$half"
+fi
+
+# Idle queues: a fresh node, one message to each of IDLE_QUEUES queues.
+idle_note=""
+if ((IDLE_QUEUES > 0)); then
+	free_port
+	start shardq-idle bin/shardq serve --data-dir "$work/data-idle" --mqtt "127.0.0.1:$REPLY" --ws "" --http "" --node-id bench-idle
+	wait_up shardq-idle
+	if "$work/bin/queuesprobe" --broker "127.0.0.1:${port[shardq-idle]}" --pid "${pid[shardq-idle]}" \
+		-n "$IDLE_QUEUES" --json >"$work/idle.json" 2>"$work/idle.err"; then
+		idle_rss=$(sed -n 's/.*"rss_bytes":\([0-9]*\).*/\1/p' "$work/idle.json")
+		idle_note="**Idle queues:** a fresh node given one QoS 1 message in each of $IDLE_QUEUES new queues (\`bench/queuesprobe\`) holds $((idle_rss >> 20)) MB resident (goal: at most 256 MB)."
+		echo "  idle queues: $IDLE_QUEUES, RSS $((idle_rss >> 20)) MB"
+	else
+		failed+=("idle queues: $(head -n 1 "$work/idle.err")")
+	fi
+	kill -TERM "${pid[shardq-idle]}" && wait "${pid[shardq-idle]}" 2>/dev/null || true
+	unset 'pid[shardq-idle]'
+fi
+
+# Restart with a backlog: fill BACKLOG messages, stop the node, time its
+# start until it accepts MQTT connections (recovery happens before).
+restart_note=""
+if ((BACKLOG > 0)); then
+	free_port
+	backlog_port=$REPLY
+	start shardq-backlog bin/shardq serve --data-dir "$work/data-backlog" --mqtt "127.0.0.1:$backlog_port" --ws "" --http "" --node-id bench-backlog
+	wait_up shardq-backlog
+	# A fill by count measures no window (its status says NO DATA): what
+	# matters is that every message was acknowledged.
+	bin/shardq bench produce --broker "127.0.0.1:$backlog_port" --messages "$BACKLOG" --warmup 0s --json \
+		>"$work/backlog.json" 2>"$work/backlog.err" || true
+	acked=$(sed -n 's/^  "acked": \([0-9]*\),$/\1/p' "$work/backlog.json")
+	[[ ${acked:-0} == "$BACKLOG" ]] || failed+=("backlog fill: ${acked:-0} of $BACKLOG acknowledged $(head -n 1 "$work/backlog.err")")
+	kill -TERM "${pid[shardq-backlog]}" && wait "${pid[shardq-backlog]}" 2>/dev/null || true
+	REPLY=$backlog_port
+	t0=$(date +%s%N)
+	start shardq-backlog bin/shardq serve --data-dir "$work/data-backlog" --mqtt "127.0.0.1:$backlog_port" --ws "" --http "" --node-id bench-backlog
+	until (exec 3<>"/dev/tcp/127.0.0.1/$backlog_port") 2>/dev/null; do
+		kill -0 "${pid[shardq-backlog]}" 2>/dev/null || die "shardq-backlog exited on restart; its log: $work/shardq-backlog.log"
+		sleep 0.005
+	done
+	t1=$(date +%s%N)
+	ms=$(((t1 - t0) / 1000000))
+	restart_note="**Restart:** a node holding a backlog of $BACKLOG messages (\`shardq bench produce --messages $BACKLOG\`, no consumer) accepts MQTT connections ${ms} ms after \`shardq serve\` starts again (SIGTERM before; recovery runs before the listener opens)."
+	echo "  restart with a backlog of $BACKLOG: ${ms} ms"
+fi
 
 mochi_version=$($GO list -m -f '{{.Version}}' github.com/mochi-mqtt/server/v2)
 commit="commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -236,25 +313,32 @@ fi
 report_args+=(
 	-run "shardq-none=shardq \`cycle\`: publish to \`\$queue/bench-{run}\`, each PUBACK after the fsync of its batch (\`durability: fsync\`); one consumer in a group settling each delivery with a PUBACK; \`ordering: none\`, \`prefetch: 1024\`, consumer Receive Maximum 1024"
 	-run "shardq-key=the same with \`ordering: key\`: one unsettled message per key at a time, 64 keys; a run with any per-key reordering is invalid"
+	-run "shardq-key10k=the same with 10,000 keys"
 	-ratio shardq-none/mochi@0.9
 )
+if ((half > 0)); then
+	report_args+=(-run "shardq-none-half=\`shardq-none\` at half its median rate (\`--rate $half\`): PUBACK latency below saturation (goal: p99 at most 5 ms)")
+fi
 if [[ -n ${pid[mosquitto]:-} ]]; then
 	report_args+=(-ratio shardq-none/mosquitto@1)
 fi
-report_args+=(-ratio shardq-key/mochi)
+report_args+=(-ratio shardq-key10k/shardq-none@0.8 -ratio shardq-key/mochi)
 if [[ -n ${pid[mosquitto]:-} ]]; then
 	report_args+=(-ratio shardq-key/mosquitto)
 else
 	report_args+=(-note "mosquitto is not installed on this machine: not measured.")
 fi
 report_args+=(
-	-note "Each run is \`shardq bench SCENARIO --broker 127.0.0.1:PORT --duration $DURATION --warmup $WARMUP${BENCH_ARGS:+ $BENCH_ARGS} --json\`, with \`--receive-max 1024\` against shardq and \`--keys 64 --ordering-check\` against \`shardq-key\`; the brokers run side by side, idle but for the one measured."
+	-note "Each run is \`shardq bench SCENARIO --broker 127.0.0.1:PORT --duration $DURATION --warmup $WARMUP${BENCH_ARGS:+ $BENCH_ARGS} --json\`, with \`--receive-max 1024\` against shardq and \`--keys 64 --ordering-check\` (\`--keys 10000\` for \`shardq-key10k\`) against \`shardq-key\`; the brokers run side by side, idle but for the one measured."
 	-attach "shardq-none, \`--config\`=$work/shardq-none.yaml"
 	-attach "shardq-key, \`--config\`=$work/shardq-key.yaml"
 )
 if [[ -n ${pid[mosquitto]:-} ]]; then
 	report_args+=(-attach "mosquitto, \`-c\` (the port changes from run to run)=$work/mosquitto.conf")
 fi
+
+[[ -n $idle_note ]] && report_args+=(-note "$idle_note")
+[[ -n $restart_note ]] && report_args+=(-note "$restart_note")
 
 mkdir -p "$(dirname "$OUT")"
 "$work/bin/benchreport" "${report_args[@]}" "${results[@]}"
