@@ -260,3 +260,74 @@ func TestQueueRetentionAckedOutOfOrder(t *testing.T) {
 		},
 	})
 }
+
+// SPEC 6: retention holds while a consumer holds the oldest message: with
+// drop-oldest the queue keeps no more than max_messages once retention
+// ran, and a message past max_age goes to the dead-letter queue rather
+// than to a consumer. Which of the oldest messages goes when the very
+// oldest is leased is not pinned here: only that the limit holds, that
+// every one that went is a dead letter with the right reason and that no
+// consumer gets one of them.
+func TestQueueRetentionBehindALease(t *testing.T) {
+	t.Skip("known bug: eviction stops at the first leased message of a partition (see retention.go), so while " +
+		"a consumer holds the oldest message a drop-oldest queue grows past max_messages and messages past " +
+		"max_age are delivered instead of dead-lettered")
+	for _, tc := range []struct {
+		name   string
+		opts   func(*queue.Options)
+		wait   time.Duration // between the publishes and the retention pass
+		reason string
+		dead   int // how many of m2..m6 must be dead-lettered
+	}{
+		{
+			name: "drop-oldest",
+			opts: func(o *queue.Options) { o.MaxMessages, o.Overflow = 3, queue.OverflowDropOldest },
+			wait: time.Minute, reason: "overflow", dead: 3,
+		},
+		{
+			name: "max_age",
+			opts: func(o *queue.Options) { o.MaxAge = time.Hour },
+			wait: time.Hour, reason: "expired", dead: 5,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(o *queue.Options) {
+				tc.opts(o)
+				o.Ordering, o.AckTimeout = queue.OrderNone, 24*time.Hour
+			})
+			h.subscribe("q", "c", sub{prefetch: 1})
+			for _, p := range []string{"m1", "m2", "m3", "m4", "m5", "m6"} {
+				h.mustPublish("q", kmsg(p, p))
+			}
+			m1 := h.expect("m1#1")[0]
+			h.tick(tc.wait)
+			h.retain()
+			if d := h.depth("q"); tc.reason == "overflow" && d > 3 {
+				t.Fatalf("q holds %d messages after retention, max_messages is 3", d)
+			}
+			dead := map[string]bool{}
+			for _, dl := range h.deadLetters("q", tc.dead) {
+				if dl.reason != tc.reason {
+					t.Fatalf("dead letter %+v, want reason %s", dl, tc.reason)
+				}
+				dead[dl.payload] = true
+			}
+			if len(dead) < tc.dead {
+				t.Fatalf("%d messages dead-lettered (%v), want at least %d", len(dead), dead, tc.dead)
+			}
+			_ = h.settle(m1, acked) // m1 itself may have gone: not pinned
+			for {
+				ds := h.newDeliveries(0)
+				if len(ds) == 0 {
+					break
+				}
+				for _, d := range ds {
+					if dead[d.payload] {
+						t.Fatalf("%s was dead-lettered and delivered", d.payload)
+					}
+					h.mustSettle(d, acked)
+				}
+			}
+		})
+	}
+}
