@@ -110,7 +110,17 @@ func (h *harness) tick(d time.Duration) {
 // retain runs one pass of the timer with retention at the current time
 // and waits for the evictions it starts.
 func (h *harness) retain() {
-	queue.TickAt(h.m, h.clock(), true)
+	h.t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		queue.TickAt(h.m, h.clock(), true)
+	}()
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		h.t.Fatalf("a retention pass did not end within %s", waitLimit)
+	}
 }
 
 // msg is a message to publish.
