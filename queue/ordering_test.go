@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -361,4 +362,39 @@ func TestQueueOrderingPartitionMovesAfterInFlight(t *testing.T) {
 			),
 		},
 	})
+}
+
+// SPEC 3, subscription property partitions: a consumer that names
+// partitions takes only those, the group's other consumers share the
+// rest, and a partition another consumer of the group named, or one the
+// queue does not have, is refused.
+func TestQueueClaimedPartitions(t *testing.T) {
+	for _, ordering := range []queue.Ordering{queue.OrderKey, queue.OrderPartition, queue.OrderNone} {
+		t.Run(string(ordering), func(t *testing.T) {
+			h := newHarness(t, func(o *queue.Options) { o.Partitions, o.Ordering = 4, ordering })
+			h.subscribe("q", "c", sub{prefetch: 10, partitions: []int{1, 3}})
+			h.subscribe("q", "d", sub{prefetch: 10})
+			for _, tc := range []struct {
+				name       string
+				partitions []int
+			}{
+				{"taken by another consumer", []int{3}},
+				{"not in the queue", []int{4}},
+				{"negative", []int{-1}},
+			} {
+				if _, err := h.trySubscribe("q", "x", sub{partitions: tc.partitions}); !errors.Is(err, queue.ErrBadPartitions) {
+					t.Errorf("partitions %v (%s): %v, want ErrBadPartitions", tc.partitions, tc.name, err)
+				}
+			}
+			own := owners(t, h, 4, 0)
+			want := map[int]string{0: "d", 1: "c", 2: "d", 3: "c"}
+			if !maps.Equal(own, want) {
+				t.Fatalf("owners %v, want %v", own, want)
+			}
+			// Another group may name the same partitions.
+			if _, err := h.trySubscribe("q", "e", sub{group: "other", partitions: []int{3}}); err != nil {
+				t.Fatalf("partition 3 in another group: %v", err)
+			}
+		})
+	}
 }
