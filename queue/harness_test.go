@@ -50,10 +50,9 @@ func testOptions() queue.Options {
 }
 
 type harness struct {
-	t    testing.TB
-	m    *queue.Manager
-	opts queue.Options
-	seq  atomic.Uint64 // orders deliveries over every consumer
+	t   testing.TB
+	m   *queue.Manager
+	seq atomic.Uint64 // orders deliveries over every consumer
 
 	mu        sync.Mutex
 	now       time.Time
@@ -68,7 +67,7 @@ func newHarness(t testing.TB, edit func(*queue.Options)) *harness {
 	if edit != nil {
 		edit(&o)
 	}
-	h := &harness{t: t, opts: o, now: t0, consumers: map[string]*consumer{}}
+	h := &harness{t: t, now: t0, consumers: map[string]*consumer{}}
 	mo := queue.DefaultManagerOptions()
 	mo.Store = queuetest.NewMemStore(2)
 	mo.Defaults = o
@@ -200,11 +199,10 @@ func (h *harness) newCredit(n int) *queue.Credit { return queue.NewCredit(n) }
 
 // consumer is a subscription and the deliveries it got.
 type consumer struct {
-	h     *harness
-	name  string
-	queue string
-	c     *queue.Consumer
-	on    func(delivery)
+	h    *harness
+	name string
+	c    *queue.Consumer
+	on   func(delivery)
 
 	mu      sync.Mutex
 	got     []delivery
@@ -215,7 +213,7 @@ type consumer struct {
 // Deliver makes consumer a queue.Receiver.
 func (c *consumer) Deliver(d queue.Delivery) {
 	x := delivery{
-		seq: c.h.seq.Add(1), to: c.name, queue: d.Queue,
+		seq: c.h.seq.Add(1), to: c.name,
 		payload: string(d.Message.Payload), key: d.Message.Key, count: d.Count,
 		id: d.ID(), partition: d.Partition, raw: d,
 	}
@@ -235,7 +233,6 @@ func (c *consumer) Deliver(d queue.Delivery) {
 type delivery struct {
 	seq       uint64 // order over every consumer of the harness
 	to        string // the consumer's name
-	queue     string
 	payload   string
 	key       string
 	count     uint32 // delivery-count
@@ -258,7 +255,7 @@ func (h *harness) subscribe(q, name string, s sub) *consumer {
 }
 
 func (h *harness) trySubscribe(q, name string, s sub) (*consumer, error) {
-	c := &consumer{h: h, name: name, queue: q, on: s.onDeliver, signal: make(chan struct{}, 1)}
+	c := &consumer{h: h, name: name, on: s.onDeliver, signal: make(chan struct{}, 1)}
 	group := s.group
 	if group == "" {
 		group = "g"
