@@ -223,7 +223,7 @@ func TestQueueSharedCreditConcurrentSettles(t *testing.T) {
 					}
 				}
 				for _, done := range published {
-					if err := h.outcome(done); err != nil {
+					if err := h.await(done); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -68,10 +68,10 @@ func TestQueueDedup(t *testing.T) {
 			h := newHarness(t, func(o *queue.Options) { o.AckTimeout = time.Hour })
 			if tc.together {
 				first, second := h.publishAsync("q", tc.first), h.publishAsync("q", tc.second)
-				if err := h.outcome(first); err != nil {
+				if err := h.await(first); err != nil {
 					t.Fatalf("first publish: %v", err)
 				}
-				if err := h.outcome(second); err != nil {
+				if err := h.await(second); err != nil {
 					t.Fatalf("second publish: %v", err)
 				}
 			} else {

@@ -50,9 +50,10 @@ func testOptions() queue.Options {
 }
 
 type harness struct {
-	t   testing.TB
-	m   *queue.Manager
-	seq atomic.Uint64 // orders deliveries over every consumer
+	t       testing.TB
+	m       *queue.Manager
+	seq     atomic.Uint64 // orders deliveries over every consumer
+	arrived chan struct{} // signalled after each delivery
 
 	mu        sync.Mutex
 	now       time.Time
@@ -67,7 +68,7 @@ func newHarness(t testing.TB, edit func(*queue.Options)) *harness {
 	if edit != nil {
 		edit(&o)
 	}
-	h := &harness{t: t, now: t0, consumers: map[string]*consumer{}}
+	h := &harness{t: t, now: t0, consumers: map[string]*consumer{}, arrived: make(chan struct{}, 1)}
 	mo := queue.DefaultManagerOptions()
 	mo.Store = queuetest.NewMemStore(2)
 	mo.Defaults = o
@@ -156,10 +157,12 @@ func (h *harness) publishAsync(q string, m msg) <-chan error {
 // publish publishes m to queue q and returns the outcome once it is known.
 func (h *harness) publish(q string, m msg) error {
 	h.t.Helper()
-	return h.outcome(h.publishAsync(q, m))
+	return h.await(h.publishAsync(q, m))
 }
 
-func (h *harness) outcome(done <-chan error) error {
+// await returns the outcome of a publish, failing the test when none comes
+// within waitLimit.
+func (h *harness) await(done <-chan error) error {
 	h.t.Helper()
 	select {
 	case err := <-done:
@@ -207,7 +210,6 @@ type consumer struct {
 	mu      sync.Mutex
 	got     []delivery
 	checked int // got[:checked] were returned by take
-	signal  chan struct{}
 }
 
 // Deliver makes consumer a queue.Receiver.
@@ -224,7 +226,7 @@ func (c *consumer) Deliver(d queue.Delivery) {
 		c.on(x)
 	}
 	select {
-	case c.signal <- struct{}{}:
+	case c.h.arrived <- struct{}{}:
 	default:
 	}
 }
@@ -255,7 +257,7 @@ func (h *harness) subscribe(q, name string, s sub) *consumer {
 }
 
 func (h *harness) trySubscribe(q, name string, s sub) (*consumer, error) {
-	c := &consumer{h: h, name: name, on: s.onDeliver, signal: make(chan struct{}, 1)}
+	c := &consumer{h: h, name: name, on: s.onDeliver}
 	group := s.group
 	if group == "" {
 		group = "g"
@@ -405,7 +407,9 @@ func (h *harness) expect(want ...string) []delivery {
 // last call (or waitLimit passed) and returns every one they got, in the
 // order they were made.
 func (h *harness) newDeliveries(n int) []delivery {
-	deadline := time.Now().Add(waitLimit)
+	timeout := time.NewTimer(waitLimit)
+	defer timeout.Stop()
+wait:
 	for {
 		h.mu.Lock()
 		cs := make([]*consumer, 0, len(h.consumers))
@@ -417,10 +421,14 @@ func (h *harness) newDeliveries(n int) []delivery {
 		for _, c := range cs {
 			k += c.unchecked()
 		}
-		if k >= n || time.Now().After(deadline) {
+		if k >= n {
 			break
 		}
-		time.Sleep(time.Millisecond)
+		select {
+		case <-h.arrived:
+		case <-timeout.C:
+			break wait
+		}
 	}
 	var got []delivery
 	h.mu.Lock()
