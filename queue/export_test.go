@@ -1,0 +1,21 @@
+package queue
+
+import "time"
+
+// TickAt runs, at now, one pass of what the manager's timer does (see
+// Manager.run): leases past their deadline are lost, due retries and
+// delays become deliverable and, when retain is set, retention deletes
+// what every group has settled and evicts what max_age or overflow
+// drop-oldest makes due. It returns once the pass is done, the evictions
+// it started included.
+//
+// Tests set ManagerOptions.Tick and RetainEvery long enough that the real
+// timer never runs, and call TickAt with the time of their clock instead.
+func TickAt(m *Manager, now time.Time, retain bool) {
+	for _, q := range m.Queues() {
+		q.tick(now, retain)
+	}
+	if retain {
+		m.wg.Wait()
+	}
+}
