@@ -150,9 +150,6 @@ func TestQueueSharedCredit(t *testing.T) {
 // deliver and settle on many goroutines at once: never more deliveries
 // out than the credit, every message delivered once.
 func TestQueueSharedCreditConcurrentSettles(t *testing.T) {
-	t.Skip("known bug: the shared credit is checked (Credit.available) and taken (Credit.take) in two steps " +
-		"under each queue's own lock, so two queues of one connection dispatching at once both see the last " +
-		"unit and both take it: the connection gets more deliveries than its Receive Maximum")
 	const (
 		perQueue = 2000
 		window   = 32 // publishes in flight per queue

@@ -204,7 +204,7 @@ func (h *harness) newCredit(n int) *queue.Credit { return queue.NewCredit(n) }
 type consumer struct {
 	h    *harness
 	name string
-	c    *queue.Consumer
+	c    queue.Subscription
 	on   func(delivery)
 
 	mu      sync.Mutex
@@ -319,7 +319,7 @@ func (o outcome) String() string { return [...]string{"ack", "nack", "reject"}[o
 // settle settles d as its consumer would (PUBACK, or $ack/$nack/$reject
 // for an explicit consumer).
 func (h *harness) settle(d delivery, o outcome) error {
-	return d.raw.Lease.Settle([...]queue.Outcome{queue.Ack, queue.Nack, queue.Reject}[o])
+	return h.m.Settle(d.raw.Lease, [...]queue.Outcome{queue.Ack, queue.Nack, queue.Reject}[o])
 }
 
 // mustSettle settles d and fails the test on an error.
@@ -331,10 +331,10 @@ func (h *harness) mustSettle(d delivery, o outcome) {
 }
 
 // extend renews d's lease for another ack_timeout ($extend).
-func (h *harness) extend(d delivery) error { return d.raw.Lease.Extend() }
+func (h *harness) extend(d delivery) error { return h.m.Extend(d.raw.Lease) }
 
 // received is the PUBACK of an explicit consumer: the delivery arrived.
-func (h *harness) received(d delivery) { d.raw.Lease.Received() }
+func (h *harness) received(d delivery) { h.m.Received(d.raw.Lease) }
 
 // take returns the deliveries c got since the last take.
 func (c *consumer) take() []delivery {

@@ -246,6 +246,40 @@ func (p *partition) retainLocked(b *Batch) {
 	}
 }
 
+// settledByAllLocked counts the retained messages that every group has
+// settled (above some group's floor, so retention has not deleted them)
+// and their bytes. Lock must be held.
+func (p *partition) settledByAllLocked() (n, bytes int64) {
+	var least *cursor
+	for _, g := range p.q.groups {
+		if c := g.cursors[p.index]; least == nil || len(c.settled) < len(least.settled) {
+			least = c
+		}
+	}
+	if least == nil {
+		return 0, 0
+	}
+	for off := range least.settled {
+		if off < p.first || off >= p.committed {
+			continue
+		}
+		all := true
+		for _, g := range p.q.groups {
+			if !g.cursors[p.index].isSettled(off) {
+				all = false
+				break
+			}
+		}
+		if all {
+			n++
+			if i := off - p.first; i < uint64(len(p.sizes)) {
+				bytes += int64(p.sizes[i])
+			}
+		}
+	}
+	return n, bytes
+}
+
 // flushLocked submits the state writes in b to the partition's committer.
 // It does not wait: settlements are persisted asynchronously
 // (at-least-once after a crash).

@@ -200,8 +200,15 @@ func (q *Queue) full(size int) bool {
 // messages are evicted. Every lock of the queue must be held (lockAll).
 func (q *Queue) fullLocked(size int) bool {
 	full := func() bool {
-		return q.opts.MaxMessages > 0 && q.depth.Load() >= q.opts.MaxMessages ||
-			q.opts.MaxBytes > 0 && q.bytes.Load()+int64(size) > q.opts.MaxBytes
+		// Messages every group acked are gone for the user, even those
+		// that wait above a floor for retention (acked out of order).
+		var acked, ackedBytes int64
+		for _, p := range q.parts {
+			n, b := p.settledByAllLocked()
+			acked, ackedBytes = acked+n, ackedBytes+b
+		}
+		return q.opts.MaxMessages > 0 && q.depth.Load()-acked >= q.opts.MaxMessages ||
+			q.opts.MaxBytes > 0 && q.bytes.Load()-ackedBytes+int64(size) > q.opts.MaxBytes
 	}
 	if !full() {
 		return false

@@ -232,9 +232,6 @@ func TestQueueRetentionAckedMessages(t *testing.T) {
 // max_messages or max_bytes. A user sees a queue refuse publishes while it
 // holds fewer unacked messages than its limit.
 func TestQueueRetentionAckedOutOfOrder(t *testing.T) {
-	t.Skip("known bug: retention deletes only below a group's ack floor, so a message acked above it " +
-		"(out of order, behind an unacked message of another key) still counts against max_messages " +
-		"and max_bytes: publishes get ErrQueueFull while the queue holds fewer unacked messages than its limit")
 	runScripts(t, []script{
 		{
 			name: "max_messages",
