@@ -19,3 +19,23 @@ func TickAt(m *Manager, now time.Time, retain bool) {
 		m.wg.Wait()
 	}
 }
+
+// WaitWritten returns once every write the manager queued to its
+// partitions' logs so far is stored (or failed): a log completes a
+// partition's writes in order, so an empty synced write queued now
+// completes after them.
+func WaitWritten(m *Manager) {
+	var done []chan error
+	for _, q := range m.Queues() {
+		for _, p := range q.parts {
+			ch := make(chan error, 1)
+			p.mu.Lock()
+			p.log.Append(p.epoch, nil, &Batch{}, true, func(err error) { ch <- err })
+			p.mu.Unlock()
+			done = append(done, ch)
+		}
+	}
+	for _, ch := range done {
+		<-ch
+	}
+}

@@ -49,9 +49,10 @@ type cursor struct {
 	settled map[uint64]bool // offset >= floor settled; true when marked on disk
 	next    uint64          // first offset never read for delivery
 
-	// delivered is one past the highest offset ever leased, persisted with
-	// the floor: after a crash the unsettled offsets below it count one more
-	// ended delivery.
+	// delivered is one past the highest offset leased since the partition
+	// was loaded, persisted with the floor: when the partition is loaded
+	// again (after a crash, a restart or a move) the unsettled offsets below
+	// it count one more ended delivery, and it starts over at the floor.
 	delivered, savedDelivered uint64
 
 	// Settlements not yet persisted (see flushStateLocked).
@@ -433,14 +434,16 @@ func (c *cursor) spentLocked(m *Message, prior uint32, now time.Time) bool {
 }
 
 // crashedDeliveries counts, at recovery, one more ended delivery for each
-// unsettled offset below the delivered mark: it may have been leased when
-// the broker stopped, and a crash ends a delivery like a lost lease does.
-// Messages below the mark that were parked behind their key and never
-// delivered are counted too (the bound the README states).
-func (c *cursor) crashedDeliveries() {
+// unsettled offset below the delivered mark, and records the new counts in
+// b: it may have been leased when the broker stopped, and a crash ends a
+// delivery like a lost lease does. Messages below the mark that were
+// parked behind their key and never delivered are counted too (the bound
+// the README states).
+func (c *cursor) crashedDeliveries(b *Batch) {
 	for off := c.floor; off < c.delivered; off++ {
 		if _, settled := c.settled[off]; !settled {
 			c.counts[off]++
+			b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: c.g.q.name, Group: c.g.name, Partition: c.p.index, Offset: off, Count: c.counts[off]})
 		}
 	}
 }

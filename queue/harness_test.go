@@ -52,6 +52,8 @@ func testOptions() queue.Options {
 type harness struct {
 	t       testing.TB
 	m       *queue.Manager
+	store   *queuetest.MemStore
+	mo      queue.ManagerOptions
 	seq     atomic.Uint64 // orders deliveries over every consumer
 	arrived chan struct{} // signalled after each delivery
 
@@ -69,13 +71,24 @@ func newHarness(t testing.TB, edit func(*queue.Options)) *harness {
 		edit(&o)
 	}
 	h := &harness{t: t, now: t0, consumers: map[string]*consumer{}, arrived: make(chan struct{}, 1)}
+	h.store = queuetest.NewMemStore(2)
 	mo := queue.DefaultManagerOptions()
-	mo.Store = queuetest.NewMemStore(2)
+	mo.Store = h.store
 	mo.Defaults = o
 	mo.Clock = h.clock
 	mo.Tick = time.Hour
 	mo.RetainEvery = time.Hour
-	m, err := queue.NewManager(mo)
+	h.mo = mo
+	h.start()
+	return h
+}
+
+// start runs a manager on the harness's store.
+func (h *harness) start() {
+	t := h.t
+	t.Helper()
+	h.mo.Store = h.store
+	m, err := queue.NewManager(h.mo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +100,22 @@ func newHarness(t testing.TB, edit func(*queue.Options)) *harness {
 			t.Errorf("closing the manager: %v", err)
 		}
 	})
-	return h
+}
+
+// crash stops the manager as kill -9 would, right after a timer pass (so
+// what the timer persists is on "disk"), and starts a new one on the same
+// data: nothing the old manager writes afterwards is stored. Consumers
+// are gone; subscribe again.
+func (h *harness) crash() {
+	h.t.Helper()
+	h.tick(0)
+	queue.WaitWritten(h.m)
+	_ = h.store.Close()
+	h.store = h.store.Reopen()
+	h.mu.Lock()
+	h.consumers = map[string]*consumer{}
+	h.mu.Unlock()
+	h.start()
 }
 
 func (h *harness) clock() time.Time {

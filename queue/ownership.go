@@ -50,14 +50,28 @@ func (m *Manager) acquire(p *partition, epoch uint64) error {
 		q.unlockAll()
 		return err
 	}
-	err := p.loadLocked(epoch)
-	if err == nil {
-		p.dispatchLocked(m.now())
-	}
+	crashed, err := p.loadLocked(epoch)
 	q.unlockAll()
 	if err != nil {
 		return err
 	}
+	// The deliveries the last owner had out ended with it: their counts go
+	// up durably before anything is delivered, so that a message that
+	// crashes every owner still reaches max_deliveries.
+	if crashed.Len() > 0 {
+		done := make(chan error, 1)
+		p.log.Append(epoch, nil, crashed, true, func(err error) { done <- err })
+		if err := <-done; err != nil {
+			return fmt.Errorf("queue: recording the deliveries a crash ended on %s: %w", id, err)
+		}
+	}
+	q.lockAll()
+	if p.epoch == epoch && !p.owned {
+		p.owned = true
+		p.wantTickLocked() // recovered leases' messages, retention below the floors
+		p.dispatchLocked(m.now())
+	}
+	q.unlockAll()
 	m.log.Debug("partition acquired", "partition", id.String(), "epoch", epoch)
 	return nil
 }
@@ -135,22 +149,24 @@ func (m *Manager) acquireAll(q *Queue) error {
 }
 
 // loadLocked reads the partition's bounds, the state of every group on it
-// and its dedup-ids from storage, and serves it with epoch. Every lock of
-// the queue must be held.
-func (p *partition) loadLocked(epoch uint64) error {
+// and its dedup-ids from storage, for serving with epoch; the partition is
+// not served until the caller sets owned. It returns the delivery marks of
+// the deliveries the last owner had out (see crashedDeliveries). Every
+// lock of the queue must be held.
+func (p *partition) loadLocked(epoch uint64) (*Batch, error) {
 	q := p.q
 	name, i := q.name, p.index
 	first, next, err := p.log.Bounds()
 	if err != nil {
-		return fmt.Errorf("queue: reading bounds of %s/%d: %w", name, i, err)
+		return nil, fmt.Errorf("queue: reading bounds of %s/%d: %w", name, i, err)
 	}
 	states, err := p.log.Groups()
 	if err != nil {
-		return fmt.Errorf("queue: reading groups of %s/%d: %w", name, i, err)
+		return nil, fmt.Errorf("queue: reading groups of %s/%d: %w", name, i, err)
 	}
 	ids, err := p.log.Dedups()
 	if err != nil {
-		return fmt.Errorf("queue: reading dedup-ids of %s/%d: %w", name, i, err)
+		return nil, fmt.Errorf("queue: reading dedup-ids of %s/%d: %w", name, i, err)
 	}
 	p.unloadLocked()
 	q.depth.Add(int64(next-first) - int64(p.next-p.first))
@@ -159,7 +175,7 @@ func (p *partition) loadLocked(epoch uint64) error {
 	p.sizes = make([]uint32, next-first)
 	if q.opts.MaxBytes > 0 {
 		if err := p.loadSizes(); err != nil {
-			return fmt.Errorf("queue: reading sizes of %s/%d: %w", name, i, err)
+			return nil, fmt.Errorf("queue: reading sizes of %s/%d: %w", name, i, err)
 		}
 		q.bytes.Add(p.bytes)
 	}
@@ -177,12 +193,12 @@ func (p *partition) loadLocked(epoch uint64) error {
 	for _, g := range q.groups {
 		g.cursors[i] = newCursor(g, p)
 	}
+	crashed := new(Batch)
 	for _, st := range states {
-		q.groups[st.Group].cursors[i].restore(st)
+		q.groups[st.Group].cursors[i].restore(st, crashed)
 	}
-	p.owned, p.epoch = true, epoch
-	p.wantTickLocked() // recovered leases' messages, retention below the floors
-	return nil
+	p.owned, p.epoch = false, epoch
+	return crashed, nil
 }
 
 // unloadLocked forgets what the partition holds in memory. Every lock of
@@ -198,8 +214,9 @@ func (p *partition) unloadLocked() {
 	}
 }
 
-// restore sets a fresh cursor to the group's stored state.
-func (c *cursor) restore(st GroupState) {
+// restore sets a fresh cursor to the group's stored state; the counts of
+// deliveries a crash ended go to b.
+func (c *cursor) restore(st GroupState, b *Batch) {
 	c.floor = max(st.Floor, c.p.first)
 	c.next, c.savedFloor = c.floor, st.Floor
 	c.delivered = max(st.Delivered, c.floor)
@@ -212,7 +229,13 @@ func (c *cursor) restore(st GroupState) {
 	for off, n := range st.Deliveries {
 		c.counts[off] = n
 	}
-	c.crashedDeliveries()
+	c.crashedDeliveries(b)
+	if c.delivered > c.floor {
+		// Counted: from now on the mark covers deliveries made since.
+		c.delivered = c.floor
+		b.Floors = append(b.Floors, FloorWrite{Queue: c.g.q.name, Group: c.g.name, Partition: c.p.index, Floor: c.floor, Delivered: c.floor})
+		c.savedFloor, c.savedDelivered = c.floor, c.floor
+	}
 }
 
 // servingLocked reports why the partition takes no work, or nil when it
