@@ -133,7 +133,6 @@ func messageFrom(cl *mqtt.Client, pk packets.Packet, t queue.Topic) (*queue.Mess
 		msg.Headers.PayloadFormat = props.PayloadFormat + 1
 	}
 	key, hasKey := "", false
-	now := time.Now()
 	for _, u := range props.User {
 		switch u.Key {
 		case propKey:
@@ -143,7 +142,7 @@ func messageFrom(cl *mqtt.Client, pk packets.Packet, t queue.Topic) (*queue.Mess
 			if err != nil || d < 0 {
 				return nil, fmt.Errorf("%w: delay %q is not a non-negative Go duration", errBadProperty, u.Val)
 			}
-			msg.NotBefore = now.Add(d)
+			msg.NotBefore = time.Now().Add(d)
 		case propDeliverAt:
 			at, err := time.Parse(time.RFC3339, u.Val)
 			if err != nil {
