@@ -51,6 +51,13 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	}
 	b := &Broker{cfg: cfg, log: log, registry: prometheus.NewRegistry(), done: make(chan struct{})}
 
+	if cfg.Storage.Shards == 0 {
+		// The count the data directory has, or 1 for a new one.
+		cfg.Storage.Shards = 1
+		if n, err := badger.ShardCount(cfg.DataDir); err == nil {
+			cfg.Storage.Shards = n
+		}
+	}
 	bo := badger.DefaultOptions()
 	bo.Shards = cfg.Storage.Shards
 	bo.Logger = log

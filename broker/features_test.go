@@ -9,6 +9,7 @@ import (
 	"github.com/eclipse/paho.golang/packets"
 	"github.com/shardq/shardq/config"
 	"github.com/shardq/shardq/queue"
+	"github.com/shardq/shardq/storage/badger"
 )
 
 func TestQueueExplicitSettlement(t *testing.T) {
@@ -423,4 +424,34 @@ func TestQueueMaxBytes(t *testing.T) {
 		dlq.puback(d, 0)
 	}
 	dlq.none(300 * time.Millisecond)
+}
+
+// TestQueueDefaultShardsFollowTheDataDirectory: with storage.shards unset,
+// a new data directory gets one shard and an existing one keeps the count
+// it was made with, so upgrading a node never trips over the default.
+func TestQueueDefaultShardsFollowTheDataDirectory(t *testing.T) {
+	fresh := t.TempDir()
+	b := startBroker(t, fresh, nil)
+	b.stop(t)
+	if n, err := badger.ShardCount(fresh); err != nil || n != 1 {
+		t.Fatalf("a new data directory got %d shards (%v), want 1", n, err)
+	}
+
+	old := t.TempDir()
+	b = startBroker(t, old, func(c *config.Config) { c.Storage.Shards = 3 })
+	c := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	if code := c.publish("$queue/kept", []byte("before")); code != 0 {
+		t.Fatalf("publish: 0x%02x", code)
+	}
+	c.close()
+	b.stop(t)
+	b = startBroker(t, old, nil)
+	if n, err := badger.ShardCount(old); err != nil || n != 3 {
+		t.Fatalf("the data directory has %d shards (%v) after a start with the default, want 3", n, err)
+	}
+	cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+	cons.subscribe(1, nil, "$queue/kept")
+	if m := cons.next(5 * time.Second); m == nil || string(m.Payload) != "before" {
+		t.Fatalf("after the restart with the default: %v, want the message published before", m)
+	}
 }

@@ -67,7 +67,9 @@ type Storage struct {
 	// Usually set.
 
 	// Shards is the number of independent Badger instances. It is fixed
-	// when a data directory is created. Default 2.
+	// when a data directory is created. 0 (the default): the count the
+	// data directory was created with, or 1 for a new one: on 2 cores one
+	// shard commits larger batches with fewer fsyncs and holds less memory.
 	Shards int `yaml:"shards"`
 	// SyncInterval is how often queues with durability async are fsynced;
 	// a crash may lose the publishes of one interval. Default 100ms.
@@ -125,7 +127,7 @@ func Default() *Config {
 		Admin:    Admin{Metrics: true},
 		Protocol: Protocol{MaxKeepAlive: 60 * time.Second, DenySubscribe: []string{"test/nosubscribe"}},
 		Storage: Storage{
-			Shards:       2,
+			Shards:       0,
 			SyncInterval: 100 * time.Millisecond,
 			RingSize:     4096,
 			MaxPayload:   1 << 20,
@@ -200,8 +202,8 @@ func (c *Config) Validate() error {
 	}
 
 	s := c.Storage
-	if s.Shards < 1 || s.Shards > MaxShards {
-		fail("storage.shards", fmt.Sprintf("must be between 1 and %d, got %d", MaxShards, s.Shards), nil)
+	if s.Shards < 0 || s.Shards > MaxShards {
+		fail("storage.shards", fmt.Sprintf("must be between 1 and %d (0: the data directory's), got %d", MaxShards, s.Shards), nil)
 	}
 	if s.SyncInterval <= 0 {
 		fail("storage.sync_interval", fmt.Sprintf("must be positive, got %s", s.SyncInterval), nil)

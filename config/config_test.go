@@ -51,7 +51,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"queues.defaults", c.Queues.Defaults, queue.DefaultOptions()},
 		{"queues.auto_create", c.Queues.AutoCreate, true},
 		{"queues.declared", len(c.Queues.Declared), 0},
-		{"storage.shards", c.Storage.Shards, 2},
+		{"storage.shards", c.Storage.Shards, 0},
 		{"storage.sync_interval", c.Storage.SyncInterval, 100 * time.Millisecond},
 		{"storage.ring_size", c.Storage.RingSize, 4096},
 		{"storage.max_payload", c.Storage.MaxPayload, 1 << 20},
@@ -221,7 +221,7 @@ http:
 	orders := queue.DefaultOptions()
 	orders.Partitions, orders.AckTimeout = 16, 10*time.Second
 	want.Queues.Declared["orders"] = orders
-	want.Storage.RingSize, want.Storage.MaxPayload = 1024, 65536
+	want.Storage.Shards, want.Storage.RingSize, want.Storage.MaxPayload = 2, 1024, 65536
 	want.Admin.Token = "s3cret"
 	want.origin = c.origin
 	if !reflect.DeepEqual(c, want) {
@@ -314,9 +314,9 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad durability in declared queue",
 			file: "queues:\n  declared:\n    q1:\n      durability: maybe\n",
 			want: []string{`queues.declared.q1.durability:`, `"maybe"`}},
-		{name: "zero shards",
-			file: "storage:\n  shards: 0\n",
-			want: []string{"storage.shards: must be between 1 and 64, got 0"}},
+		{name: "negative shards",
+			file: "storage:\n  shards: -1\n",
+			want: []string{"storage.shards: must be between 1 and 64 (0: the data directory's), got -1"}},
 		{name: "shards not a number",
 			file: "storage:\n  shards: two\n",
 			want: []string{"shardq.yaml:2: storage.shards: must be an integer", `"two"`}},
@@ -405,7 +405,7 @@ func TestConfigErrors(t *testing.T) {
 			file: "data_dir: \"\"\n",
 			want: []string{"shardq.yaml:1: data_dir: must not be empty"}},
 		{name: "every invalid setting is reported",
-			file: "storage:\n  shards: 0\n  ring_size: 1\nqueues:\n  defaults:\n    ordering: fifo\n",
+			file: "storage:\n  shards: -1\n  ring_size: 1\nqueues:\n  defaults:\n    ordering: fifo\n",
 			want: []string{"storage.shards:", "storage.ring_size:", "queues.defaults.ordering:"}},
 	}
 	for _, tc := range tests {
@@ -536,7 +536,7 @@ queues:
     audit:
       durability: maybe
 storage:
-  shards: 0
+  shards: -2
   shards: 3
   ring_size: 8.0
 `)
@@ -559,7 +559,7 @@ storage:
 		"shardq.yaml:18: queues.declared.orders.dedup_window: must not be negative",
 		"shardq.yaml:20: queues.declared.audit.durability:",
 		"shardq.yaml:23: storage.shards: set twice, first on line 22",
-		"shardq.yaml:22: storage.shards: must be between 1 and 64, got 0",
+		"shardq.yaml:22: storage.shards: must be between 1 and 64 (0: the data directory's), got -2",
 		"shardq.yaml:24: storage.ring_size: must be an integer, got \"8.0\"",
 		"listen.ws: must be host:port, got \"x\" (from --ws)",
 	}
@@ -656,7 +656,7 @@ func TestConfigValidate(t *testing.T) {
 		{"nil declared map", func(c *Config) { c.Queues.Declared = nil }, ""},
 		{"random ports may repeat", func(c *Config) { c.MQTT, c.WS, c.HTTP = ":0", ":0", "127.0.0.1:0" }, ""},
 		{"max shards", func(c *Config) { c.Storage.Shards = MaxShards }, ""},
-		{"too many shards", func(c *Config) { c.Storage.Shards = MaxShards + 1 }, "config: storage.shards: must be between 1 and 64, got 65"},
+		{"too many shards", func(c *Config) { c.Storage.Shards = MaxShards + 1 }, "config: storage.shards: must be between 1 and 64 (0: the data directory's), got 65"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

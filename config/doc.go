@@ -58,7 +58,7 @@
 //	      partitions: 16
 //	      ack_timeout: 10s
 //	storage:
-//	  shards: 2             # independent Badger instances; fixed for a data dir
+//	  shards: 0             # independent Badger instances, fixed for a data dir; 0: the dir's, else 1
 //	  sync_interval: 100ms  # for durability: async
 //	  ring_size: 4096       # newest messages kept in memory per partition
 //	  max_payload: 1048576  # bytes, at most 256 MiB

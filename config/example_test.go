@@ -58,13 +58,13 @@ queues:
 
 func ExampleConfig_Validate() {
 	c := config.Default()
-	c.Storage.Shards = 0
+	c.Storage.Shards = -1
 	o := c.Queues.Defaults
 	o.Ordering = "fifo"
 	c.Queues.Declared["orders"] = o
 	fmt.Println(c.Validate())
 
 	// Output:
-	// config: storage.shards: must be between 1 and 64, got 0
+	// config: storage.shards: must be between 1 and 64 (0: the data directory's), got -1
 	// config: queues.declared.orders.ordering: must be key, partition or none, got "fifo"
 }
