@@ -102,8 +102,11 @@ func appendDeliveryProps(b []byte, d queue.Delivery, subjectMoved bool, now time
 	for _, u := range h.User {
 		b = appendUser(b, u.Name, u.Value)
 	}
-	var num [20]byte
-	b = appendUser(b, "msg-id", d.ID())
+	var num [41]byte
+	id := appendUint(num[:0], uint64(d.Partition)) // the msg-id, without a string
+	id = append(id, '-')
+	id = appendUint(id, d.Message.Offset)
+	b = appendUserBytes(b, "msg-id", id)
 	b = appendUser(b, "key", m.Key)
 	b = appendUserBytes(b, "partition", appendUint(num[:0], uint64(d.Partition)))
 	b = appendUserBytes(b, "delivery-count", appendUint(num[:0], uint64(d.Count)))
