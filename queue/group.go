@@ -308,14 +308,12 @@ func (g *group) kick() {
 	if g.starved.Load() == 0 {
 		return
 	}
-	for _, cur := range g.cursors {
-		if !cur.starved.CompareAndSwap(true, false) {
-			continue
+	for i, p := range g.q.parts {
+		p.mu.Lock() // a partition's lock guards its cursor (loading replaces it)
+		if cur := g.cursors[i]; cur.starved.CompareAndSwap(true, false) {
+			g.starved.Add(-1)
+			cur.dispatchLocked(g.q.m.now())
 		}
-		g.starved.Add(-1)
-		p := cur.p
-		p.mu.Lock()
-		cur.dispatchLocked(g.q.m.now())
 		p.mu.Unlock()
 	}
 }

@@ -191,7 +191,7 @@ func (p *partition) loadLocked(epoch uint64) (*Batch, error) {
 		}
 	}
 	for _, g := range q.groups {
-		g.cursors[i] = newCursor(g, p)
+		g.resetCursor(p)
 	}
 	crashed := new(Batch)
 	for _, st := range states {
@@ -210,8 +210,16 @@ func (p *partition) unloadLocked() {
 	p.sizes = nil
 	p.ring = newRing(p.next, p.ring.o)
 	for _, g := range q.groups {
-		g.cursors[p.index] = newCursor(g, p)
+		g.resetCursor(p)
 	}
+}
+
+// resetCursor gives the group a fresh cursor of p. p's lock must be held.
+func (g *group) resetCursor(p *partition) {
+	if old := g.cursors[p.index]; old.starved.Load() {
+		g.starved.Add(-1)
+	}
+	g.cursors[p.index] = newCursor(g, p)
 }
 
 // restore sets a fresh cursor to the group's stored state; the counts of
