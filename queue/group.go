@@ -488,6 +488,9 @@ func (c *cursor) fetchLocked(off uint64) {
 		msgs, err := c.p.log.Read(off, to, readAhead)
 		c.p.mu.Lock()
 		defer c.p.mu.Unlock()
+		if c.g.cursors[c.p.index] != c {
+			return // the partition was released or loaded again meanwhile
+		}
 		c.fetching = false
 		if err != nil {
 			c.fetchErr = q.m.now().Add(time.Second)
