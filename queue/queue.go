@@ -396,6 +396,7 @@ func (q *Queue) deadLettered(cur *cursor, m *Message, deliveries uint32, err err
 	p := cur.p
 	var k kicks
 	p.mu.Lock()
+	cur = cur.g.cursors[p.index] // the partition may have been loaded again meanwhile
 	if err != nil {
 		q.m.log.Error("dead-lettering failed; message stays in the queue", "queue", q.name, "group", cur.g.name,
 			"msg_id", MessageID(p.index, m.Offset), "err", err)
