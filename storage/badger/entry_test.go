@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"math"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/shardq/shardq/queue"
@@ -28,7 +31,7 @@ func collectEntries(out *[]writtenEntry) *entryWriter {
 func decodeEntry(t *testing.T, q string, e writtenEntry) []*queue.Message {
 	t.Helper()
 	n := partitionPrefixLen(q)
-	recs, err := entryRecords(e.key, n, e.val, nil)
+	recs, err := entryRecords(e.key, n, e.val, 0, math.MaxUint64, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,12 +159,24 @@ func sampleEntry() writtenEntry {
 	return got[0]
 }
 
+// rawRecord is a record as an entry holds it, at off of partition q/3.
+func rawRecord(off uint64, rec string) []byte {
+	seed := crc32.Checksum(partitionPrefix(kindMessage, "q", 3), castagnoli)
+	b := binary.AppendUvarint(nil, uint64(len(rec)))
+	b = binary.BigEndian.AppendUint32(b, recordCRC(seed, off, []byte(rec)))
+	return append(b, rec...)
+}
+
+func rawEntry(parts ...[]byte) []byte {
+	return append([]byte{entryVersion}, bytes.Join(parts, nil)...)
+}
+
 func TestEntryCorrupt(t *testing.T) {
 	good := sampleEntry()
 	n := partitionPrefixLen("q")
 	check := func(name string, key, val []byte) {
 		t.Helper()
-		_, err := entryRecords(key, n, val, nil)
+		_, err := entryRecords(key, n, val, 0, math.MaxUint64, nil)
 		if !errors.Is(err, ErrCorruptRecord) {
 			t.Errorf("%s: err = %v, want ErrCorruptRecord", name, err)
 		}
@@ -174,53 +189,82 @@ func TestEntryCorrupt(t *testing.T) {
 	}
 	check("trailing byte", good.key, append(bytes.Clone(good.val), 0))
 	check("under another partition's key", entryKey("q", 4, 5, 7), good.val)
+	check("under other offsets", entryKey("q", 3, 6, 8), good.val)
 	check("under a shorter span", entryKey("q", 3, 5, 6), good.val)
 	check("under a longer span", entryKey("q", 3, 5, 8), good.val)
 	check("under a reversed span", entryKey("q", 3, 7, 5), good.val)
 	check("under an old message key", good.key[:n+8], good.val)
 
-	// Bodies that pass the checksum but not the structure.
-	seal := func(key []byte, body ...byte) []byte {
-		v := append([]byte{entryVersion, 0, 0, 0, 0}, body...)
-		binary.BigEndian.PutUint32(v[1:], entryCRC(key, body))
-		return v
-	}
+	// Records that check out, in values that do not.
 	k := entryKey("q", 3, 0, 1)
-	check("one record for two offsets", k, seal(k, 1, 'a'))
-	check("three records for two offsets", k, seal(k, 1, 'a', 1, 'b', 1, 'c'))
-	check("record past the end", k, seal(k, 1, 'a', 5, 'b'))
-	check("bad length", k, seal(k, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01))
-	huge := entryKey("q", 3, 0, 1<<62)
-	check("a huge count", huge, seal(huge, 1, 'a'))
-	v2 := seal(k, 1, 'a', 1, 'b')
+	check("one record for two offsets", k, rawEntry(rawRecord(0, "a")))
+	check("three records for two offsets", k, rawEntry(rawRecord(0, "a"), rawRecord(1, "b"), rawRecord(2, "c")))
+	check("records swapped", k, rawEntry(rawRecord(1, "b"), rawRecord(0, "a")))
+	check("record past the end", k, rawEntry(rawRecord(0, "a"), rawRecord(1, "bcdef")[:8]))
+	check("bad length", k, rawEntry(rawRecord(0, "a"), []byte{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0, 0, 0, 0}))
+	check("a huge count", entryKey("q", 3, 0, 1<<62), rawEntry(rawRecord(0, "a"), rawRecord(1, "b")))
+	v2 := rawEntry(rawRecord(0, "a"), rawRecord(1, "b"))
 	v2[0] = 2
 	check("version 2", k, v2)
-	if recs, err := entryRecords(k, n, seal(k, 1, 'a', 0), nil); err != nil || len(recs) != 2 || string(recs[0]) != "a" || len(recs[1]) != 0 {
+	well := rawEntry(rawRecord(0, "a"), rawRecord(1, ""))
+	if recs, err := entryRecords(k, n, well, 0, math.MaxUint64, nil); err != nil || len(recs) != 2 || string(recs[0]) != "a" || len(recs[1]) != 0 {
 		t.Errorf("a well-formed entry: %q, %v", recs, err)
+	}
+
+	// A read checks the checksums of the records it returns only, and the
+	// layout of them all.
+	bad := rawEntry(rawRecord(0, "a"), rawRecord(1, "b"), rawRecord(2, "c"))
+	bad[len(bad)-1] = 'x'
+	k = entryKey("q", 3, 0, 2)
+	if recs, err := entryRecords(k, n, bad, 0, 1, nil); err != nil || len(recs) != 2 {
+		t.Errorf("reading the sound records of an entry: %q, %v", recs, err)
+	}
+	check("reading the damaged record", k, bad)
+	if _, err := entryRecords(k, n, bad[:len(bad)-1], 0, 0, nil); !errors.Is(err, ErrCorruptRecord) {
+		t.Errorf("reading one record of a cut entry: %v", err)
+	}
+}
+
+// fixChecksums sets the checksum of every record of v, read as
+// entryRecords reads it, for an entry of partition q/3 from first on, as
+// far as its layout goes.
+func fixChecksums(v []byte, first uint64) {
+	if len(v) < entryHeaderLen {
+		return
+	}
+	seed := crc32.Checksum(partitionPrefix(kindMessage, "q", 3), castagnoli)
+	body := v[entryHeaderLen:]
+	for off := first; ; off++ {
+		n, k := binary.Uvarint(body)
+		if k <= 0 || len(body)-k < recordCRCLen || n > uint64(len(body)-k-recordCRCLen) {
+			return
+		}
+		rec := body[k+recordCRCLen : k+recordCRCLen+int(n)]
+		binary.BigEndian.PutUint32(body[k:], recordCRC(seed, off, rec))
+		body = body[k+recordCRCLen+int(n):]
 	}
 }
 
 // FuzzDecodeEntry: entryRecords never panics, its errors wrap
 // ErrCorruptRecord, and an entry it accepts holds one record per offset
-// of its key and is written again by entryWriter into an entry that
-// decodes to the same records. With seal set, the fuzzer's value gets a
-// valid checksum first, so that what follows the header is explored.
+// of its key and is written again by entryWriter into entries that decode
+// to the same records; reading a window of it returns that part of them.
+// With fix set, the records of the fuzzer's value get valid checksums
+// first, so that the layout around them is explored.
 func FuzzDecodeEntry(f *testing.F) {
 	good := sampleEntry()
 	n := partitionPrefixLen("q")
-	f.Add(uint64(5), uint64(7), good.val, false)
-	f.Add(uint64(5), uint64(7), good.val[entryHeaderLen:], true)
-	f.Add(uint64(0), uint64(1), []byte{1, 'a', 0}, true)
-	f.Add(uint64(0), uint64(0), []byte{}, false)
-	f.Add(uint64(1), uint64(0), []byte{1, 'a'}, true)
-	f.Fuzz(func(t *testing.T, first, last uint64, body []byte, seal bool) {
+	f.Add(uint64(5), uint64(7), good.val, false, uint64(6), uint64(6))
+	f.Add(uint64(5), uint64(7), good.val, true, uint64(0), uint64(100))
+	f.Add(uint64(0), uint64(1), rawEntry(rawRecord(0, "a"), rawRecord(1, "")), false, uint64(1), uint64(1))
+	f.Add(uint64(0), uint64(0), []byte{}, false, uint64(0), uint64(0))
+	f.Add(uint64(1), uint64(0), []byte{entryVersion, 1, 0, 0, 0, 0, 'a'}, true, uint64(0), uint64(0))
+	f.Fuzz(func(t *testing.T, first, last uint64, val []byte, fix bool, lo, hi uint64) {
 		key := entryKey("q", 3, first, last)
-		val := body
-		if seal {
-			val = append([]byte{entryVersion, 0, 0, 0, 0}, body...)
-			binary.BigEndian.PutUint32(val[1:], entryCRC(key, body))
+		if fix {
+			fixChecksums(val, first)
 		}
-		recs, err := entryRecords(key, n, val, nil)
+		recs, err := entryRecords(key, n, val, 0, math.MaxUint64, nil)
 		if err != nil {
 			if !errors.Is(err, ErrCorruptRecord) {
 				t.Fatalf("error does not wrap ErrCorruptRecord: %v", err)
@@ -230,6 +274,19 @@ func FuzzDecodeEntry(f *testing.F) {
 		if uint64(len(recs)) != last-first+1 {
 			t.Fatalf("%d records for offsets %d to %d", len(recs), first, last)
 		}
+		window, err := entryRecords(key, n, val, lo, hi, nil)
+		if err != nil {
+			t.Fatalf("a window of an entry that checks out: %v", err)
+		}
+		wlo, whi := max(lo, first), min(hi, last)
+		if wlo > whi {
+			if len(window) != 0 {
+				t.Fatalf("%d records outside the entry", len(window))
+			}
+		} else if !slices.EqualFunc(window, recs[wlo-first:whi-first+1], bytes.Equal) {
+			t.Fatalf("window %d to %d differs from the whole entry's records", lo, hi)
+		}
+
 		var got []writtenEntry
 		e := collectEntries(&got)
 		if err := e.partition("q", 3); err != nil {
@@ -245,19 +302,14 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 		var again [][]byte
 		for _, w := range got {
-			rs, err := entryRecords(w.key, n, w.val, nil)
+			rs, err := entryRecords(w.key, n, w.val, 0, math.MaxUint64, nil)
 			if err != nil {
 				t.Fatalf("re-encoded entry does not decode: %v", err)
 			}
 			again = append(again, rs...)
 		}
-		if len(again) != len(recs) {
-			t.Fatalf("re-encoded entries hold %d records, want %d", len(again), len(recs))
-		}
-		for i := range recs {
-			if !bytes.Equal(again[i], recs[i]) {
-				t.Fatalf("record %d differs after re-encoding", i)
-			}
+		if !slices.EqualFunc(again, recs, bytes.Equal) {
+			t.Fatal("re-encoded entries hold other records")
 		}
 	})
 }

@@ -235,7 +235,7 @@ func readEntry(txn *bdg.Txn, key []byte, prefixLen int) ([]storedRecord, error) 
 	if err != nil {
 		return nil, err
 	}
-	recs, err := entryRecords(key, prefixLen, v, nil)
+	recs, err := entryRecords(key, prefixLen, v, 0, math.MaxUint64, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -392,7 +392,10 @@ func cutHole(w *txnWriter, q string, p uint32, from, to, trim uint64) error {
 		return err
 	}
 	prefixLen := partitionPrefixLen(q)
-	e := &entryWriter{set: w.set, q: q, p: p}
+	e := &entryWriter{set: w.set}
+	if err := e.partition(q, p); err != nil {
+		return err
+	}
 	for _, k := range keys {
 		if first, last, _ := entrySpan(k, prefixLen); first >= from && last < to {
 			if err := w.del(k); err != nil {
@@ -511,27 +514,27 @@ func (r *reader) take(item *bdg.Item) error {
 		r.end = true
 		return nil
 	}
+	// The offsets wanted from this entry: lo to hi.
+	lo := max(r.from, first)
+	hi := r.to - 1
+	if want := uint64(r.max - len(r.out)); lo+want-1 >= lo { // no overflow
+		hi = min(hi, lo+want-1)
+	}
 	return item.Value(func(v []byte) error {
-		recs, err := entryRecords(key, r.prefixLen, v, r.recs)
+		recs, err := entryRecords(key, r.prefixLen, v, lo, hi, r.recs)
 		r.recs = recs
 		if err != nil {
 			return err
 		}
-		i := uint64(0)
-		if r.from > first {
-			i = r.from - first
-		}
-		for ; i < uint64(len(recs)) && len(r.out) < r.max; i++ {
-			off := first + i
-			if off >= r.to {
-				r.end = true
-				break
-			}
-			m, err := DecodeMessage(recs[i], off)
+		for i, rec := range recs {
+			m, err := DecodeMessage(rec, lo+uint64(i))
 			if err != nil {
 				return err
 			}
 			r.out = append(r.out, m)
+		}
+		if len(recs) > 0 && lo+uint64(len(recs)) > r.to-1 {
+			r.end = true
 		}
 		return nil
 	})

@@ -347,7 +347,7 @@ func entrySpans(t *testing.T, sh *Shard, q string, p uint32) [][2]uint64 {
 			if !ok {
 				return badEntryKey(k)
 			}
-			if _, err := entryRecords(k, len(prefix), v, nil); err != nil {
+			if _, err := entryRecords(k, len(prefix), v, 0, math.MaxUint64, nil); err != nil {
 				return err
 			}
 			out = append(out, [2]uint64{first, last})
