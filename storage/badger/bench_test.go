@@ -118,3 +118,50 @@ func benchStoreWrite(b *testing.B, shards, batch, size int) {
 		}
 	}
 }
+
+// BenchmarkShardRead measures Read of max 256-byte messages from a random
+// offset of a partition of 65,536 messages, written batch per Write: a
+// cold read, as when a group's cursor is behind the queue's ring. msgs/s
+// counts messages read.
+func BenchmarkShardRead(b *testing.B) {
+	for _, batch := range []int{64, 1024} {
+		for _, max := range []int{1, 64} {
+			b.Run(fmt.Sprintf("batch=%d,max=%d,size=256B", batch, max), func(b *testing.B) {
+				benchShardRead(b, batch, max)
+			})
+		}
+	}
+}
+
+func benchShardRead(b *testing.B, batch, max int) {
+	const n = 1 << 16
+	st, err := Open(b.TempDir(), testOptions(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	sh := st.Shard(0)
+	payload := make([]byte, 256)
+	for off := 0; off < n; off += batch {
+		bt := &queue.Batch{}
+		for i := range batch {
+			bt.Appends = append(bt.Appends, queue.Append{Queue: "bench", Partition: 0,
+				Message: &queue.Message{Offset: uint64(off + i), Key: "k", EnqueuedAt: time.Now(), Payload: payload}})
+		}
+		if err := sh.Write(bt, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	read := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		from := rng.Uint64N(n - uint64(max))
+		msgs, err := sh.Read("bench", 0, from, n, max)
+		if err != nil || len(msgs) != max || msgs[0].Offset != from {
+			b.Fatalf("Read(%d, max %d) returned %d messages, %v", from, max, len(msgs), err)
+		}
+		read += len(msgs)
+	}
+	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "msgs/s")
+}
