@@ -67,12 +67,14 @@
 // offset, so Read finds the entry holding an offset as the last key at or
 // before it (a reverse iterator) and goes on forward from there.
 //
-// An entry's value (entry.go) is a version byte, a CRC-32C of the key and
-// the records, then one length-prefixed record per offset from first to
-// last. A message record (EncodeMessage) starts with a version byte; times
-// are kept to the millisecond. The record does not hold the offset: its
-// place in the entry does. An entry that does not check out (version,
-// checksum, record count, lengths) yields ErrCorruptRecord.
+// An entry's value (entry.go) is a version byte, then for each offset from
+// first to last the record's length, a CRC-32C of the partition prefix, the
+// offset and the record, and the record. A message record (EncodeMessage)
+// starts with a version byte; times are kept to the millisecond. The
+// record does not hold the offset: its place in the entry does. A read
+// checks the layout of each entry it reads (version, lengths, a record per
+// offset) and the checksums of the records it returns; what does not
+// check out yields ErrCorruptRecord.
 //
 // The low watermark is the highest RangeDelete.To so far. Bounds returns
 // first = max(watermark, first entry's first offset) and next =
