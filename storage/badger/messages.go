@@ -47,6 +47,7 @@ func (t tail) after(last uint64) tail {
 // kind the queue makes, are encoded straight into two buffers: two
 // allocations for the batch rather than two per message. Other appends go
 // through mergeAppends. Of two appends of one offset the later wins.
+// s.writeMu must be held.
 func (s *Shard) applyAppends(w *txnWriter, appends []queue.Append) error {
 	if len(appends) == 0 {
 		return nil

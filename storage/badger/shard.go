@@ -31,17 +31,20 @@ type Shard struct {
 	mu     sync.RWMutex // held shared by every operation, exclusively by close
 	closed bool
 
-	// async: SyncWrites is off (Options.AsyncWrites); writeMu then orders
-	// writes, syncs and value-log GC so that a sync covers every write
-	// before it.
+	// writeMu is held by Write: the entries of a partition are written
+	// knowing what the partition stores (tails), which takes one writer at
+	// a time, as queue.Writer promises; the lock makes a broken promise
+	// slow rather than a corruption. async: SyncWrites is off
+	// (Options.AsyncWrites); writeMu then also orders syncs and value-log
+	// GC so that a sync covers every write before it.
 	async   bool
 	writeMu sync.Mutex
 
-	splits atomic.Int64 // commits past the first caused by ErrTxnTooBig
-
 	// tails bounds the offsets each partition written since Open stores
-	// (see applyAppends). Write alone uses it, one goroutine at a time.
+	// (see applyAppends). writeMu guards it.
 	tails map[partKey]tail
+
+	splits atomic.Int64 // commits past the first caused by ErrTxnTooBig
 }
 
 // acquire lets an operation run on an open shard. The caller must call
@@ -69,12 +72,11 @@ func (s *Shard) Write(b *queue.Batch, sync bool) error {
 		return err
 	}
 	defer s.mu.RUnlock()
-	if s.async {
-		// Nothing else may write between the commit and the sync: a memtable
-		// rotated in between would keep this batch in a log DB.Sync skips.
-		s.writeMu.Lock()
-		defer s.writeMu.Unlock()
-	}
+	// With async, nothing else may write between the commit and the sync
+	// either: a memtable rotated in between would keep this batch in a
+	// log DB.Sync skips.
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	if b.Len() == 0 {
 		if sync && s.async {
 			return s.syncLocked()
