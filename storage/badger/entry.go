@@ -22,8 +22,8 @@ import (
 // partition, as when its length or the key is damaged, does not check out.
 // The key's offsets give the number of records, and every length is
 // checked against the value's end. A read checks the whole layout but only
-// the checksums of the records it returns, so that reading one message of
-// an entry costs little more than reading its record.
+// the checksums of the records it returns: reading a few messages of an
+// entry does not checksum all of it.
 const (
 	entryVersion   byte = 1
 	entryHeaderLen      = 1
@@ -44,9 +44,9 @@ var zeros [binary.MaxVarintLen64]byte
 
 // entryWriter cuts records, given in offset order one partition after
 // another (partition names each before its records), into entries and
-// hands each to set. Keys and values are encoded
-// into two buffers that grow by appending: a slice handed to set is never
-// written again, so a transaction may hold on to it until it commits.
+// hands each to set. Keys and values are encoded into two buffers that
+// grow by appending: a slice handed to set is never written again, so a
+// transaction may hold on to it until it commits.
 type entryWriter struct {
 	set func(k, v []byte) error
 

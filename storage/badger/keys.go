@@ -137,7 +137,8 @@ func queueKey(q string) []byte {
 // queuePrefix is the prefix of every queue meta key.
 var queuePrefix = []byte{kindQueue, sep}
 
-// keyOffset returns the offset that ends a mark key.
+// keyOffset returns the offset that ends a mark key, or a message key of
+// formatMessages.
 func keyOffset(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(k)-8:]) }
 
 // splitMarkKey splits the part of a mark key after its partition prefix
