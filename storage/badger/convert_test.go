@@ -150,12 +150,12 @@ func oldLayoutDir(t *testing.T) (old, ref string) {
 	return old, ref
 }
 
-// checkConverted opens dir and checks that it holds what ref holds, in
-// the new layout only.
-func checkConverted(t *testing.T, dir, ref string) {
+// checkConverted opens dir, of the given shard count, and checks that it
+// holds what ref, of 2 shards, holds, in the new layout only.
+func checkConverted(t *testing.T, dir string, shards int, ref string) {
 	t.Helper()
 	want := snapshotDir(t, ref, 2)
-	got := snapshotDir(t, dir, 2)
+	got := snapshotDir(t, dir, shards)
 	sameSnap(t, got, want)
 	if n := got.messages(); n != 4*3000-(100+101+102+103)+6 {
 		t.Errorf("%d messages, want %d", n, 4*3000-(100+101+102+103)+6)
@@ -167,9 +167,9 @@ func checkConverted(t *testing.T, dir, ref string) {
 	if ab := got.Partitions["a.b/1"]; len(ab.Messages) != 0 || ab.First != 2 || ab.Next != 2 {
 		t.Errorf("a.b/1 holds %d messages, bounds (%d, %d)", len(ab.Messages), ab.First, ab.Next)
 	}
-	st := openTest(t, dir, testOptions(2))
+	st := openTest(t, dir, testOptions(shards))
 	defer st.Close()
-	for i := range 2 {
+	for i := range shards {
 		txn := st.Shard(i).db.NewTransaction(false)
 		if v, err := getFormat(txn); err != nil || v != formatEntries {
 			t.Errorf("shard %d: layout version %d, %v", i, v, err)
@@ -215,8 +215,8 @@ func getFormat(txn *bdg.Txn) (uint32, error) {
 // message.
 func TestConvertOldLayout(t *testing.T) {
 	old, ref := oldLayoutDir(t)
-	checkConverted(t, old, ref)
-	checkConverted(t, old, ref) // a converted shard is left alone
+	checkConverted(t, old, 2, ref)
+	checkConverted(t, old, 2, ref) // a converted shard is left alone
 }
 
 // TestConvertInterrupted stops a conversion after some of its
@@ -254,7 +254,28 @@ func TestConvertInterrupted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkConverted(t, old, ref)
+	checkConverted(t, old, 2, ref)
+}
+
+// TestConvertAfterMigrate migrates a data directory whose shards are in
+// the old layout, one of them half converted: Migrate copies the keys as
+// they are, and the new shards are converted when they are opened.
+func TestConvertAfterMigrate(t *testing.T) {
+	old, ref := oldLayoutDir(t)
+	db, err := bdg.Open(badgerOptions(shardDir(old, 1), testOptions(2).withDefaults(), testOptions(2).Logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &converter{db: db, chunkKeys: 500}
+	if _, err := c.run(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep := mustMigrate(t, old, 2, 3, migrateOptions())
+	checkReport(t, rep, 2, 3)
+	checkConverted(t, old, 3, ref)
 }
 
 func TestConvertRefusesNewerLayout(t *testing.T) {
