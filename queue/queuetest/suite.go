@@ -27,6 +27,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T, dir string) queue.Store
 		{"ReadRangeOrderAndPrefixes", testReadRange},
 		{"BoundsTrackAppendsAndDeletes", testBounds},
 		{"RangeDeleteIsExact", testRangeDelete},
+		{"PartsOfOneWrite", testPartsOfOneWrite},
 		{"GroupStateRoundTrip", testGroupState},
 		{"DropGroups", testDropGroups},
 		{"QueueMeta", testQueueMeta},
@@ -273,6 +274,78 @@ func testRangeDelete(h *harness) {
 	}, false)
 	h.checkOffsets(s, "a/$dlq", 1, 21, 22)
 	h.checkBounds(s, "a/$dlq", 1, 21, 23)
+}
+
+// testPartsOfOneWrite reads and deletes parts of what one Write appended:
+// a store may keep a Write's appends to a partition together.
+func testPartsOfOneWrite(h *harness) {
+	s := h.shard(0)
+	// Two partitions, interleaved; offsets of q/1 skip every third.
+	const n = 3000
+	b := &queue.Batch{}
+	var skipping []uint64
+	for off := uint64(0); off < n; off++ {
+		b.Appends = append(b.Appends, appends("q", 0, off)...)
+		if off%100 == 0 {
+			o := off / 100 * 3
+			b.Appends = append(b.Appends, appends("q", 1, o, o+1)...)
+			skipping = append(skipping, o, o+1)
+		}
+	}
+	h.write(s, b, true)
+	h.checkOffsets(s, "q", 0, span(0, n)...)
+	h.checkOffsets(s, "q", 1, skipping...)
+	h.checkBounds(s, "q", 1, 0, skipping[len(skipping)-1]+1)
+
+	ranges := []struct {
+		from, to uint64
+		max      int
+		want     []uint64
+	}{
+		{1500, n, 7, span(1500, 1507)},      // from the middle, fewer than stored
+		{1020, 1030, 100, span(1020, 1030)}, // a short range
+		{0, n, 2000, span(0, 2000)},         // more than a thousand
+		{2990, math.MaxUint64, 100, span(2990, n)},
+	}
+	for _, r := range ranges {
+		if got := offsetsOf(h.read(s, "q", 0, r.from, r.to, r.max)); !slices.Equal(got, r.want) {
+			h.t.Fatalf("Read(q, 0, %d, %d, %d) = %v, want %v", r.from, r.to, r.max, got, r.want)
+		}
+	}
+	if got := offsetsOf(h.read(s, "q", 1, 2, 10, 3)); !slices.Equal(got, []uint64{3, 4, 6}) {
+		h.t.Fatalf("Read(q, 1, 2, 10, 3) = %v, want [3 4 6]", got)
+	}
+
+	// Deletes ending inside what one Write appended: nothing below To is
+	// read again, whatever the range asked for.
+	h.write(s, &queue.Batch{Deletes: []queue.RangeDelete{
+		{Queue: "q", Partition: 0, From: 0, To: 1500},
+		{Queue: "q", Partition: 1, From: 0, To: 4},
+	}}, true)
+	h.checkOffsets(s, "q", 0, span(1500, n)...)
+	h.checkBounds(s, "q", 0, 1500, n)
+	h.checkOffsets(s, "q", 1, skipping[3:]...)
+	h.checkBounds(s, "q", 1, 4, skipping[len(skipping)-1]+1)
+	if got := offsetsOf(h.read(s, "q", 0, 1000, 1600, 5)); !slices.Equal(got, span(1500, 1505)) {
+		h.t.Fatalf("Read(q, 0, 1000, 1600, 5) = %v, want %v", got, span(1500, 1505))
+	}
+	if got := h.read(s, "q", 0, 0, 1500, 100); len(got) != 0 {
+		h.t.Fatalf("Read below the deleted range returned %v", offsetsOf(got))
+	}
+
+	h.write(s, &queue.Batch{
+		Appends: appends("q", 0, span(n, n+10)...),
+		Deletes: []queue.RangeDelete{{Queue: "q", Partition: 0, From: 1500, To: 2999}},
+	}, false)
+	h.checkOffsets(s, "q", 0, span(2999, n+10)...)
+	h.reopen()
+	s = h.shard(0)
+	h.checkOffsets(s, "q", 0, span(2999, n+10)...)
+	h.checkBounds(s, "q", 0, 2999, n+10)
+	h.write(s, &queue.Batch{Deletes: []queue.RangeDelete{{Queue: "q", Partition: 0, From: 2999, To: n + 5}}}, false)
+	h.checkOffsets(s, "q", 0, span(n+5, n+10)...)
+	h.checkBounds(s, "q", 0, n+5, n+10)
+	h.checkOffsets(s, "q", 1, skipping[3:]...)
 }
 
 func testGroupState(h *harness) {

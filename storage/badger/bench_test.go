@@ -13,7 +13,9 @@ import (
 // BenchmarkShardWrite measures Write of one batch of appends with sync set
 // on one shard: every Write commits one transaction and one fsync. Each
 // iteration is one Write; msgs/s counts messages, p99-us the slowest
-// percent of Writes.
+// percent of Writes, cpu-ns/msg the CPU time of the whole process
+// (Badger's goroutines included) per message: the figure fsync latency
+// does not hide.
 func BenchmarkShardWrite(b *testing.B) {
 	for _, batch := range []int{1, 64, 1024} {
 		for _, size := range []int{64, 256} {
@@ -50,6 +52,7 @@ func benchShardWrite(b *testing.B, batch, size int) {
 	var lat []time.Duration
 	b.ReportAllocs()
 	b.SetBytes(int64(batch * size))
+	cpu := processCPU()
 	for b.Loop() {
 		for i := range msgs {
 			msgs[i].Offset = next
@@ -61,6 +64,7 @@ func benchShardWrite(b *testing.B, batch, size int) {
 		}
 		lat = append(lat, time.Since(start))
 	}
+	b.ReportMetric(float64(processCPU()-cpu)/float64(next), "cpu-ns/msg")
 	b.ReportMetric(float64(next)/b.Elapsed().Seconds(), "msgs/s")
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
@@ -72,7 +76,8 @@ func benchShardWrite(b *testing.B, batch, size int) {
 
 // BenchmarkStoreWrite writes batches of 64 256-byte messages to every shard
 // at once, one writer per shard as the queue's committers do, to compare
-// shard counts. Each iteration is one Write on every shard.
+// shard counts. Each iteration is one Write on every shard; the metrics
+// are BenchmarkShardWrite's.
 func BenchmarkStoreWrite(b *testing.B) {
 	for _, shards := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("shards=%d,batch=64,size=256B", shards), func(b *testing.B) {
@@ -91,6 +96,7 @@ func benchStoreWrite(b *testing.B, shards, batch, size int) {
 	b.ReportAllocs()
 	b.SetBytes(int64(shards * batch * size))
 	var total uint64
+	cpu := processCPU()
 	for b.Loop() {
 		errs := make(chan error, shards)
 		for i := range shards {
@@ -111,10 +117,60 @@ func benchStoreWrite(b *testing.B, shards, batch, size int) {
 		}
 		total += uint64(shards * batch)
 	}
+	b.ReportMetric(float64(processCPU()-cpu)/float64(total), "cpu-ns/msg")
 	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "msgs/s")
 	for i := range shards {
 		if _, n, err := st.Shard(i).Bounds("bench", i); err != nil || n != total/uint64(shards) {
 			b.Fatalf("shard %d: next = %d, %v; want %d", i, n, err, total/uint64(shards))
 		}
 	}
+}
+
+// BenchmarkShardRead measures Read of max 256-byte messages from a random
+// offset of a partition of 65,536 messages, written batch per Write: a
+// cold read, as when a group's cursor is behind the queue's ring. msgs/s
+// counts messages read.
+func BenchmarkShardRead(b *testing.B) {
+	for _, batch := range []int{64, 1024} {
+		for _, max := range []int{1, 64} {
+			b.Run(fmt.Sprintf("batch=%d,max=%d,size=256B", batch, max), func(b *testing.B) {
+				benchShardRead(b, batch, max)
+			})
+		}
+	}
+}
+
+func benchShardRead(b *testing.B, batch, max int) {
+	const n = 1 << 16
+	st, err := Open(b.TempDir(), testOptions(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	sh := st.Shard(0)
+	payload := make([]byte, 256)
+	for off := 0; off < n; off += batch {
+		bt := &queue.Batch{}
+		for i := range batch {
+			bt.Appends = append(bt.Appends, queue.Append{Queue: "bench", Partition: 0,
+				Message: &queue.Message{Offset: uint64(off + i), Key: "k", EnqueuedAt: time.Now(), Payload: payload}})
+		}
+		if err := sh.Write(bt, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	read := 0
+	b.ReportAllocs()
+	cpu := processCPU()
+	for b.Loop() {
+		from := rng.Uint64N(n - uint64(max))
+		msgs, err := sh.Read("bench", 0, from, n, max)
+		if err != nil || len(msgs) != max || msgs[0].Offset != from {
+			b.Fatalf("Read(%d, max %d) returned %d messages, %v", from, max, len(msgs), err)
+		}
+		read += len(msgs)
+	}
+	b.ReportMetric(float64(processCPU()-cpu)/float64(read), "cpu-ns/msg")
+	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "msgs/s")
 }

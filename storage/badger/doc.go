@@ -49,19 +49,56 @@
 // that end with a name (floors, queue meta) are only read exactly or all
 // together.
 //
-//	m 0x00 {queue} 0x00 {partition u32} {offset u64}           message record
+//	m 0x00 {queue} 0x00 {partition u32} {first u64} {last u64}  entry: records of offsets first..last
 //	l 0x00 {queue} 0x00 {partition u32}                        low watermark u64
+//	t 0x00 {queue} 0x00 {partition u32}                        trim point u64
 //	g 0x00 {queue} 0x00 {partition u32} {group}                ack floor u64 [delivered mark u64]
 //	s 0x00 {queue} 0x00 {partition u32} {group} 0x00 {offset u64}  settled, empty value
 //	r 0x00 {queue} 0x00 {partition u32} {group} 0x00 {offset u64}  ended deliveries u32
+//	d 0x00 {queue} 0x00 {partition u32} {dedup-id}             stored at, unix ms u64
 //	q 0x00 {queue}                                             queue meta (JSON)
+//	v 0x00                                                     layout version u32 (2)
+//
+// Messages are stored by batch: a Write stores the appends of one
+// partition as one entry per run of consecutive offsets, an entry holding
+// at most 1,024 messages and, unless one message is larger, 1 MiB. One
+// Badger write per entry rather than per message is what makes a batch
+// cheap. The entries of a partition never overlap; keys sort by first
+// offset, so Read finds the entry holding an offset as the last key at or
+// before it (a reverse iterator) and goes on forward from there.
+//
+// An entry's value (entry.go) is a version byte, then for each offset from
+// first to last the record's length, a CRC-32C of the partition prefix, the
+// offset and the record, and the record. A message record (EncodeMessage)
+// starts with a version byte; times are kept to the millisecond. The
+// record does not hold the offset: its place in the entry does. A read
+// checks the layout of each entry it reads (version, lengths, a record per
+// offset) and the checksums of the records it returns; what does not
+// check out yields ErrCorruptRecord.
 //
 // The low watermark is the highest RangeDelete.To so far. Bounds returns
-// first = max(watermark, first message) and next = max(last message + 1,
-// watermark), so next never goes back when every message is deleted.
+// first = max(watermark, first entry's first offset) and next =
+// max(last entry's last offset + 1, watermark), so next never goes back
+// when every message is deleted.
 //
-// A message record (EncodeMessage) starts with a version byte; times are
-// kept to the millisecond. The record does not hold the offset: the key does.
+// A RangeDelete deletes the entries that end below its To, one tombstone
+// per entry (keys only), and keeps the entry holding To on disk: the trim
+// point, raised to To, hides that entry's records below it, and Read never
+// returns a message below the trim point. The trim point differs from the
+// watermark only after a delete that leaves messages below its From (a
+// hole, which the queue never makes): such a delete writes the entries it
+// cuts again without the deleted records and leaves the trim point alone.
+// An append at an offset the partition stores already, or below its trim
+// point (neither of which the queue makes), is merged into the entries it
+// overlaps the same way, the later record winning.
+//
+// Each shard records its layout version. A shard without one (written
+// by a shardq that stored one key per message, m ... {offset u64}, or
+// made by migrate-shards, which does not copy it) is converted when it is
+// opened: its per-message keys, told from entry keys by their length, are
+// rewritten into entries in chunks, each one transaction that writes the
+// entries and deletes the keys they replace, so an interrupted conversion
+// is finished by the next Open.
 //
 // # Errors
 //

@@ -1,6 +1,7 @@
 package badger
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -9,12 +10,14 @@ import (
 
 // Key kinds: the first byte of every key. See doc.go for the layout.
 const (
-	kindMessage  byte = 'm' // m 0 queue 0 partition offset -> message record
+	kindMessage  byte = 'm' // m 0 queue 0 partition first last -> entry (entry.go)
 	kindLow      byte = 'l' // l 0 queue 0 partition -> low watermark (u64)
+	kindTrim     byte = 't' // t 0 queue 0 partition -> trim point (u64)
 	kindFloor    byte = 'g' // g 0 queue 0 partition group -> ack floor (u64) [delivered mark (u64)]
 	kindSettled  byte = 's' // s 0 queue 0 partition group 0 offset -> empty
 	kindDelivery byte = 'r' // r 0 queue 0 partition group 0 offset -> count (u32)
 	kindQueue    byte = 'q' // q 0 queue -> queue meta (JSON)
+	kindFormat   byte = 'v' // v 0 -> the shard's layout version (u32)
 
 	sep byte = 0x00 // ends every variable-length name
 )
@@ -61,21 +64,48 @@ func partitionPrefix(kind byte, q string, p uint32) []byte {
 	return appendPartitionPrefix(make([]byte, 0, partitionPrefixLen(q)), kind, q, p)
 }
 
-// messageKeyLen is the length of a message key of queue q.
-func messageKeyLen(q string) int { return partitionPrefixLen(q) + 8 }
+// entryKeyLen is the length of an entry key of queue q.
+func entryKeyLen(q string) int { return partitionPrefixLen(q) + 16 }
 
-// appendMessageKey appends the key of the message at off. Big-endian offsets
-// make keys sort by offset.
-func appendMessageKey(dst []byte, q string, p uint32, off uint64) []byte {
+// appendEntryKey appends the key of the entry holding offsets first to
+// last. Big-endian offsets make keys sort by first offset; entries of a
+// partition never overlap, so they sort by last offset too.
+func appendEntryKey(dst []byte, q string, p uint32, first, last uint64) []byte {
 	dst = appendPartitionPrefix(dst, kindMessage, q, p)
-	return binary.BigEndian.AppendUint64(dst, off)
+	dst = binary.BigEndian.AppendUint64(dst, first)
+	return binary.BigEndian.AppendUint64(dst, last)
 }
 
-func messageKey(q string, p uint32, off uint64) []byte {
-	return appendMessageKey(make([]byte, 0, messageKeyLen(q)), q, p, off)
+func entryKey(q string, p uint32, first, last uint64) []byte {
+	return appendEntryKey(make([]byte, 0, entryKeyLen(q)), q, p, first, last)
+}
+
+// entrySpan returns the offsets an entry key ends with; ok is false when
+// k, whose partition prefix is prefixLen bytes long, is no entry key.
+func entrySpan(k []byte, prefixLen int) (first, last uint64, ok bool) {
+	if len(k) != prefixLen+16 {
+		return 0, 0, false
+	}
+	first = binary.BigEndian.Uint64(k[prefixLen:])
+	last = binary.BigEndian.Uint64(k[prefixLen+8:])
+	return first, last, first <= last
+}
+
+// badEntryKey is the error for a key of a partition's message prefix that
+// entrySpan refuses.
+func badEntryKey(k []byte) error {
+	return fmt.Errorf("%w: message key %q is no entry key", ErrCorruptRecord, k)
 }
 
 func lowKey(q string, p uint32) []byte { return partitionPrefix(kindLow, q, p) }
+
+func trimKey(q string, p uint32) []byte { return partitionPrefix(kindTrim, q, p) }
+
+// formatKey holds the shard's layout version. It belongs to the Badger
+// database, not to a partition: a migration does not copy it.
+var formatKey = []byte{kindFormat, sep}
+
+func isFormatKey(k []byte) bool { return bytes.Equal(k, formatKey) }
 
 // floorKey is the partition's floor prefix followed by the group name; the
 // name ends the key, so it needs no separator.
@@ -107,7 +137,8 @@ func queueKey(q string) []byte {
 // queuePrefix is the prefix of every queue meta key.
 var queuePrefix = []byte{kindQueue, sep}
 
-// keyOffset returns the offset that ends a message or mark key.
+// keyOffset returns the offset that ends a mark key, or a message key of
+// formatMessages.
 func keyOffset(k []byte) uint64 { return binary.BigEndian.Uint64(k[len(k)-8:]) }
 
 // splitMarkKey splits the part of a mark key after its partition prefix

@@ -13,16 +13,29 @@ func TestKeysSortByPartitionThenOffset(t *testing.T) {
 	parts := []uint32{0, 1, 2, 10, 256, math.MaxUint32}
 	var keys [][]byte
 	for _, p := range parts {
-		for _, off := range offsets {
-			keys = append(keys, messageKey("q", p, off))
+		// Entries that do not overlap, by first offset: [0,0] [1,8] [9,9]
+		// [10,254] ... [MaxUint64,MaxUint64].
+		for i, first := range offsets {
+			last := first
+			if i+1 < len(offsets) {
+				last = offsets[i+1] - 1
+			}
+			keys = append(keys, entryKey("q", p, first, last))
 		}
 	}
 	if !slices.IsSortedFunc(keys, bytes.Compare) {
-		t.Fatal("message keys do not sort by partition, then offset")
+		t.Fatal("entry keys do not sort by partition, then offset")
 	}
+	n := partitionPrefixLen("q")
 	for _, k := range keys {
-		if got := keyOffset(k); !slices.Contains(offsets, got) {
-			t.Fatalf("keyOffset(%q) = %d", k, got)
+		first, last, ok := entrySpan(k, n)
+		if !ok || !slices.Contains(offsets, first) || last < first {
+			t.Fatalf("entrySpan(%q) = %d, %d, %v", k, first, last, ok)
+		}
+	}
+	for _, bad := range [][]byte{entryKey("q", 0, 5, 4), entryKey("q", 0, 1, 2)[:n+8], append(entryKey("q", 0, 1, 2), 0)} {
+		if _, _, ok := entrySpan(bad, n); ok {
+			t.Errorf("entrySpan accepted %q", bad)
 		}
 	}
 }
@@ -38,10 +51,10 @@ func TestKeysPrefixesAreUnambiguous(t *testing.T) {
 			if x == y {
 				continue
 			}
-			for _, kind := range []byte{kindMessage, kindLow, kindFloor, kindSettled, kindDelivery} {
+			for _, kind := range []byte{kindMessage, kindLow, kindTrim, kindFloor, kindSettled, kindDelivery} {
 				px := partitionPrefix(kind, x.q, x.p)
 				for _, k := range [][]byte{
-					messageKey(y.q, y.p, 7), lowKey(y.q, y.p), floorKey(y.q, y.p, "g"),
+					entryKey(y.q, y.p, 7, 9), lowKey(y.q, y.p), trimKey(y.q, y.p), floorKey(y.q, y.p, "g"),
 					markKey(kindSettled, y.q, y.p, "g", 7), markKey(kindDelivery, y.q, y.p, "g", 7),
 				} {
 					if bytes.HasPrefix(k, px) {

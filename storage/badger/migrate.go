@@ -157,15 +157,18 @@ const (
 
 // Migrate rewrites the data directory dir from from to to shards, so that
 // Open with to shards finds every key where the queue looks for it: the
-// messages, low watermark, floors, settle and delivery marks and dedup-ids
-// of a partition in the shard queue.ShardOf gives it, queue metadata in
-// shard 0. Nothing may have dir open: Migrate fails with ErrDataDirInUse
+// messages, low watermark, trim point, floors, settle and delivery marks
+// and dedup-ids of a partition in the shard queue.ShardOf gives it, queue
+// metadata in shard 0. Nothing may have dir open: Migrate fails with ErrDataDirInUse
 // if a shard's Badger lock is taken. An old shard holding a key that the
 // partition rule puts in another shard, or a key of no known kind, fails
 // the migration (ErrBadDataDir, ErrCorruptRecord) before the swap.
 //
 // Migrate never changes the old shards' keys and values. It copies them
-// into dir/.migrate-M/shard-NN, closes and reopens the new shards and
+// as they are, in whichever layout (see doc.go), into
+// dir/.migrate-M/shard-NN, all but each shard's layout version: the new
+// shards have none, and their first Open converts what an older shardq
+// wrote and records the version. It closes and reopens the new shards and
 // verifies them (opts.Verify). Only then does it replace SHARDS with a
 // marker, "migrating from N to M shards; run shardq migrate-shards ...",
 // which Open refuses as not a shard count, printing it: that is the point
@@ -833,7 +836,9 @@ func syncDirs(dirs ...string) error {
 }
 
 // scanDB calls fn with every live entry of db and its value, in key order,
-// from one snapshot. The item and value are valid only during the call.
+// from one snapshot, but the layout version (formatKey): it belongs to
+// the database, not to a partition, and is not copied. The item and value
+// are valid only during the call.
 func scanDB(ctx context.Context, db *bdg.DB, fn func(item *bdg.Item, v []byte) error) error {
 	txn := db.NewTransaction(false)
 	defer txn.Discard()
@@ -847,6 +852,9 @@ func scanDB(ctx context.Context, db *bdg.DB, fn func(item *bdg.Item, v []byte) e
 			}
 		}
 		item := it.Item()
+		if isFormatKey(item.Key()) {
+			continue
+		}
 		if err := item.Value(func(v []byte) error { return fn(item, v) }); err != nil {
 			return err
 		}
@@ -918,8 +926,8 @@ func (r *router) route(k []byte) (from, to int, err error) {
 func validTail(kind byte, tail []byte) bool {
 	switch kind {
 	case kindMessage:
-		return len(tail) == 8
-	case kindLow:
+		return len(tail) == 16 || len(tail) == 8 // an entry, or a message of formatMessages
+	case kindLow, kindTrim:
 		return len(tail) == 0
 	case kindFloor:
 		return bytes.IndexByte(tail, sep) < 0

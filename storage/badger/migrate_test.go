@@ -641,14 +641,14 @@ func TestMigrateRefusesMisplacedKeys(t *testing.T) {
 func TestMigrateVerifyCatchesDamage(t *testing.T) {
 	template := t.TempDir()
 	fillForMigration(t, template, 2)
-	// keyOfShard returns a message key of queue "orders" whose partition
+	// keyOfShard returns an entry key of queue "orders" whose partition
 	// is in shard j of 4.
 	keyOfShard := func(j int) []byte {
 		p := 0
 		for queue.ShardOf("orders", p, 4) != j {
 			p++
 		}
-		return messageKey("orders", uint32(p), 1_000_000)
+		return entryKey("orders", uint32(p), 1_000_000, 1_000_000)
 	}
 	cases := []struct {
 		name   string
@@ -760,7 +760,7 @@ func TestMigrateAfterCrash(t *testing.T) {
 	dir := t.TempDir()
 	killAfterWritten(t, "TestMigrateChildProcess", crashDirEnv+"="+dir)
 
-	const keys = 1 + 4*200
+	const keys = 1 + 4 // the queue's metadata and an entry per partition
 	dry := migrateOptions()
 	dry.DryRun = true
 	if rep, err := Migrate(context.Background(), dir, 2, 4, dry); err != nil || rep.Keys != keys {
@@ -810,7 +810,8 @@ func ExampleMigrate() {
 	}
 	defer os.RemoveAll(dir)
 
-	// A node with 2 shards stored a queue and 3 messages, then stopped.
+	// A node with 2 shards stored a queue and 3 messages, one entry, then
+	// stopped.
 	opts := DefaultOptions()
 	opts.Shards = 2
 	opts.Logger = slog.New(slog.DiscardHandler)
@@ -842,5 +843,5 @@ func ExampleMigrate() {
 	}
 	n, _ := ShardCount(dir)
 	fmt.Printf("%d keys copied; the data dir has %d shards\n", rep.Keys, n)
-	// Output: 4 keys copied; the data dir has 4 shards
+	// Output: 2 keys copied; the data dir has 4 shards
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -32,11 +31,18 @@ type Shard struct {
 	mu     sync.RWMutex // held shared by every operation, exclusively by close
 	closed bool
 
-	// async: SyncWrites is off (Options.AsyncWrites); writeMu then orders
-	// writes, syncs and value-log GC so that a sync covers every write
-	// before it.
+	// writeMu is held by Write: the entries of a partition are written
+	// knowing what the partition stores (tails), which takes one writer at
+	// a time, as queue.Writer promises; the lock makes a broken promise
+	// slow rather than a corruption. async: SyncWrites is off
+	// (Options.AsyncWrites); writeMu then also orders syncs and value-log
+	// GC so that a sync covers every write before it.
 	async   bool
 	writeMu sync.Mutex
+
+	// tails bounds the offsets each partition written since Open stores
+	// (see applyAppends). writeMu guards it.
+	tails map[partKey]tail
 
 	splits atomic.Int64 // commits past the first caused by ErrTxnTooBig
 }
@@ -66,12 +72,11 @@ func (s *Shard) Write(b *queue.Batch, sync bool) error {
 		return err
 	}
 	defer s.mu.RUnlock()
-	if s.async {
-		// Nothing else may write between the commit and the sync: a memtable
-		// rotated in between would keep this batch in a log DB.Sync skips.
-		s.writeMu.Lock()
-		defer s.writeMu.Unlock()
-	}
+	// With async, nothing else may write between the commit and the sync
+	// either: a memtable rotated in between would keep this batch in a
+	// log DB.Sync skips.
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
 	if b.Len() == 0 {
 		if sync && s.async {
 			return s.syncLocked()
@@ -108,7 +113,7 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 			return err
 		}
 	}
-	if err := applyAppends(w, b.Appends); err != nil {
+	if err := s.applyAppends(w, b.Appends); err != nil {
 		return err
 	}
 	for _, r := range b.Deletes {
@@ -160,61 +165,6 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 	}
 	return applyDedups(w, b.Dedups)
 }
-
-// applyAppends encodes every key and record of the appends into two
-// buffers, two allocations per batch rather than two per message: the
-// transaction holds on to the slices until it commits.
-func applyAppends(w *txnWriter, appends []queue.Append) error {
-	var keyLen, valLen int
-	for _, a := range appends {
-		keyLen += messageKeyLen(a.Queue)
-		valLen += recordSizeHint(a.Message)
-	}
-	keys := make([]byte, 0, keyLen)
-	vals := make([]byte, 0, valLen)
-	for _, a := range appends {
-		k0, v0 := len(keys), len(vals)
-		keys = appendMessageKey(keys, a.Queue, uint32(a.Partition), a.Message.Offset)
-		vals = appendMessage(vals, a.Message)
-		if err := w.set(keys[k0:len(keys):len(keys)], vals[v0:len(vals):len(vals)]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// deleteRange deletes the messages in [r.From, r.To) and raises the low
-// watermark to r.To. It sees the appends of its own batch.
-func deleteRange(w *txnWriter, r queue.RangeDelete) error {
-	p := uint32(r.Partition)
-	switch {
-	case r.From >= r.To:
-	case r.To-r.From <= directDeleteMax:
-		// Retention deletes a few settled messages at a time: writing their
-		// tombstones directly is cheaper than finding them with an iterator
-		// (a hole left by a failed append gets a tombstone it did not need).
-		for off := r.From; off < r.To; off++ {
-			if err := w.del(messageKey(r.Queue, p, off)); err != nil {
-				return err
-			}
-		}
-	default:
-		prefix := partitionPrefix(kindMessage, r.Queue, p)
-		if err := deleteKeys(w, prefix, messageKey(r.Queue, p, r.From), messageKey(r.Queue, p, r.To)); err != nil {
-			return err
-		}
-	}
-	lk := lowKey(r.Queue, p)
-	low, found, err := getUint64(w.txn, lk)
-	if err != nil || (found && low >= r.To) {
-		return err
-	}
-	return w.set(lk, putU64(r.To))
-}
-
-// directDeleteMax is the largest range deleteRange deletes key by key
-// without looking for the keys first.
-const directDeleteMax = 4096
 
 // deletePrefix deletes every key starting with prefix.
 func deletePrefix(w *txnWriter, prefix []byte) error {
@@ -333,89 +283,6 @@ func (s *Shard) syncLocked() error {
 		return fmt.Errorf("storage: shard %d: sync: %w", s.id, err)
 	}
 	return nil
-}
-
-// Read returns up to max messages of the partition with from <= offset < to,
-// in offset order.
-func (s *Shard) Read(q string, partition int, from, to uint64, max int) ([]*queue.Message, error) {
-	p, err := checkRef(q, "", partition)
-	if err != nil || max <= 0 || from >= to {
-		return nil, err
-	}
-	if err := s.acquire(); err != nil {
-		return nil, err
-	}
-	defer s.mu.RUnlock()
-	txn := s.db.NewTransaction(false)
-	defer txn.Discard()
-	opts := bdg.DefaultIteratorOptions
-	opts.Prefix = partitionPrefix(kindMessage, q, p)
-	opts.PrefetchValues = max > 1
-	opts.PrefetchSize = min(max, opts.PrefetchSize)
-	it := txn.NewIterator(opts)
-	defer it.Close()
-	out := make([]*queue.Message, 0, min(max, 64))
-	for it.Seek(messageKey(q, p, from)); it.Valid() && len(out) < max; it.Next() {
-		item := it.Item()
-		off := keyOffset(item.Key())
-		if off >= to {
-			break
-		}
-		var m *queue.Message
-		err := item.Value(func(v []byte) (err error) {
-			m, err = DecodeMessage(v, off)
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("storage: shard %d: read %s/%d: %w", s.id, q, p, err)
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-// Bounds returns max(low watermark, first offset) and max(last offset + 1,
-// low watermark), from one snapshot.
-func (s *Shard) Bounds(q string, partition int) (first, next uint64, err error) {
-	p, err := checkRef(q, "", partition)
-	if err != nil {
-		return 0, 0, err
-	}
-	if err := s.acquire(); err != nil {
-		return 0, 0, err
-	}
-	defer s.mu.RUnlock()
-	txn := s.db.NewTransaction(false)
-	defer txn.Discard()
-	low, _, err := getUint64(txn, lowKey(q, p))
-	if err != nil {
-		return 0, 0, fmt.Errorf("storage: shard %d: low watermark of %s/%d: %w", s.id, q, p, err)
-	}
-	prefix := partitionPrefix(kindMessage, q, p)
-	firstKey, ok := edgeKey(txn, prefix, prefix, false)
-	if !ok {
-		return low, low, nil
-	}
-	lastKey, _ := edgeKey(txn, prefix, messageKey(q, p, math.MaxUint64), true)
-	first = max(low, keyOffset(firstKey))
-	if last := keyOffset(lastKey); last < math.MaxUint64 {
-		next = max(low, last+1)
-	} else {
-		next = math.MaxUint64
-	}
-	return first, next, nil
-}
-
-// edgeKey returns the first key with the prefix at or after seek, or with
-// reverse the last at or before it.
-func edgeKey(txn *bdg.Txn, prefix, seek []byte, reverse bool) ([]byte, bool) {
-	it := txn.NewIterator(bdg.IteratorOptions{Prefix: prefix, Reverse: reverse})
-	defer it.Close()
-	it.Seek(seek)
-	if !it.Valid() {
-		return nil, false
-	}
-	return it.Item().KeyCopy(nil), true
 }
 
 // Queues returns the queue metadata the shard holds, sorted by name.

@@ -177,12 +177,17 @@ func syncDir(dir string) error {
 	return err
 }
 
-// openShard opens one shard's Badger database.
+// openShard opens one shard's Badger database and brings its layout up to
+// date (upgrade).
 func openShard(i int, dir string, o Options) (*Shard, error) {
 	log := o.Logger.With("component", "badger", "shard", i)
 	db, err := bdg.Open(badgerOptions(dir, o, log))
 	if err != nil {
 		return nil, fmt.Errorf("storage: opening shard %d in %s: %w", i, dir, err)
 	}
-	return &Shard{id: i, db: db, log: log, async: o.AsyncWrites}, nil
+	if err := upgrade(db, log); err != nil {
+		_ = db.Close() // the upgrade's error is the one worth reporting
+		return nil, fmt.Errorf("storage: opening shard %d in %s: %w", i, dir, err)
+	}
+	return &Shard{id: i, db: db, log: log, async: o.AsyncWrites, tails: map[partKey]tail{}}, nil
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	bdg "github.com/dgraph-io/badger/v4"
+
 	"github.com/shardq/shardq/queue"
 	"github.com/shardq/shardq/queue/queuetest"
 )
@@ -133,45 +135,50 @@ func TestStoreSplitsLargeBatch(t *testing.T) {
 	defer st.Close()
 	sh := st.Shard(0)
 	const n = 20000
+	// Every other offset: each message is an entry of its own, of about
+	// 100 bytes, kept in the LSM tree.
 	b := &queue.Batch{}
-	for off := range uint64(n) {
+	for i := range uint64(n) {
 		b.Appends = append(b.Appends, queue.Append{Queue: "big", Partition: 1, Message: &queue.Message{
-			Offset: off, Payload: []byte(fmt.Sprintf("%064d", off)),
+			Offset: 2 * i, Payload: []byte(fmt.Sprintf("%064d", 2*i)),
 		}})
 	}
 	if err := sh.Write(b, true); err != nil {
 		t.Fatal(err)
 	}
 	if sh.splits.Load() == 0 {
-		t.Fatal("a 20,000-message batch fit one transaction: the test proves nothing")
+		t.Fatal("a 20,000-entry batch fit one transaction: the test proves nothing")
 	}
 	first, next, err := sh.Bounds("big", 1)
-	if err != nil || first != 0 || next != n {
-		t.Fatalf("Bounds = (%d, %d), %v; want (0, %d)", first, next, err, n)
+	if err != nil || first != 0 || next != 2*n-1 {
+		t.Fatalf("Bounds = (%d, %d), %v; want (0, %d)", first, next, err, 2*n-1)
 	}
 	msgs, err := sh.Read("big", 1, 0, math.MaxUint64, n+1)
 	if err != nil || len(msgs) != n {
 		t.Fatalf("Read returned %d messages, %v; want %d", len(msgs), err, n)
 	}
 	for i, m := range msgs {
-		if m.Offset != uint64(i) || string(m.Payload) != fmt.Sprintf("%064d", i) {
+		if m.Offset != 2*uint64(i) || string(m.Payload) != fmt.Sprintf("%064d", 2*i) {
 			t.Fatalf("message %d: offset %d payload %q", i, m.Offset, m.Payload)
 		}
 	}
 
 	splits := sh.splits.Load()
-	del := &queue.Batch{Deletes: []queue.RangeDelete{{Queue: "big", Partition: 1, From: 0, To: n}}}
+	del := &queue.Batch{Deletes: []queue.RangeDelete{{Queue: "big", Partition: 1, From: 0, To: 2 * n}}}
 	if err := sh.Write(del, true); err != nil {
 		t.Fatal(err)
 	}
 	if sh.splits.Load() == splits {
-		t.Error("deleting 20,000 messages fit one transaction")
+		t.Error("deleting 20,000 entries fit one transaction")
 	}
-	if first, next, err := sh.Bounds("big", 1); err != nil || first != n || next != n {
-		t.Fatalf("Bounds after deleting all = (%d, %d), %v; want (%d, %d)", first, next, err, n, n)
+	if first, next, err := sh.Bounds("big", 1); err != nil || first != 2*n || next != 2*n {
+		t.Fatalf("Bounds after deleting all = (%d, %d), %v; want (%d, %d)", first, next, err, 2*n, 2*n)
 	}
 	if msgs, err := sh.Read("big", 1, 0, math.MaxUint64, 10); err != nil || len(msgs) != 0 {
 		t.Fatalf("Read after deleting all returned %d messages, %v", len(msgs), err)
+	}
+	if got := entrySpans(t, sh, "big", 1); len(got) != 0 {
+		t.Fatalf("%d entries left after deleting all", len(got))
 	}
 }
 
@@ -326,4 +333,29 @@ func killAfterWritten(t *testing.T, test, env string) {
 	if err != nil || strings.TrimSpace(line) != "written" {
 		t.Fatalf("child said %q, %v", line, err)
 	}
+}
+
+// entrySpans returns the first and last offsets of the partition's
+// entries, in key order, and checks each entry.
+func entrySpans(t *testing.T, sh *Shard, q string, p uint32) [][2]uint64 {
+	t.Helper()
+	var out [][2]uint64
+	prefix := partitionPrefix(kindMessage, q, p)
+	err := sh.db.View(func(txn *bdg.Txn) error {
+		return scan(txn, prefix, true, func(k, v []byte) error {
+			first, last, ok := entrySpan(k, len(prefix))
+			if !ok {
+				return badEntryKey(k)
+			}
+			if _, err := entryRecords(k, len(prefix), v, 0, math.MaxUint64, nil); err != nil {
+				return err
+			}
+			out = append(out, [2]uint64{first, last})
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
