@@ -1,0 +1,720 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/shardq/shardq/broker"
+	"github.com/shardq/shardq/config"
+	"github.com/shardq/shardq/console"
+)
+
+// The console in a real browser: a real node, real MQTT clients filling its
+// queues and dead-letter queues, and headless Chromium driven over the
+// DevTools protocol, reading what the pages show and clicking their buttons.
+// Screenshots go to $SHARDQ_SCREENSHOTS (default testdata/screenshots).
+
+// xssPayload would run script if the console put a payload into the page as
+// HTML.
+const xssPayload = `<img src=x onerror="window.__shardqXSS=1"><script>window.__shardqXSS=2</script>`
+
+var binaryPayload = []byte{0x00, 0x01, 0xfe, 0xff, 'A'}
+
+func TestConsoleBrowser(t *testing.T) {
+	browser := newBrowser(t)
+
+	t.Run("no token", func(t *testing.T) {
+		n := startNode(t, "")
+		seedOrders(t, n)
+		p := newTab(t, browser, n.base, n)
+		p.overview()
+		p.queuePage()
+		p.replaySelected()
+	})
+	t.Run("admin token", func(t *testing.T) {
+		const token = "console-test-token"
+		n := startNode(t, token)
+		seedJobs(t, n)
+		p := newTab(t, browser, n.base, n)
+		p.tokenRequired(token)
+	})
+	// No node has /api/v1/cluster yet: the cluster map is checked against
+	// a stand-in for a clustered node's admin API.
+	t.Run("cluster map", func(t *testing.T) {
+		srv := httptest.NewServer(clusteredNode())
+		t.Cleanup(srv.Close)
+		p := newTab(t, browser, srv.URL, nil)
+		p.clusterMap()
+	})
+}
+
+// ---- the node ----
+
+type node struct {
+	*broker.Broker
+	base string // http://host:port
+}
+
+func startNode(t *testing.T, token string) *node {
+	t.Helper()
+	cfg := config.Default()
+	cfg.NodeID = "console-test"
+	cfg.DataDir = t.TempDir()
+	cfg.MQTT = "127.0.0.1:0"
+	cfg.WS = ""
+	cfg.HTTP = "127.0.0.1:0"
+	cfg.Admin.Token = token
+	cfg.Queues.Defaults.Partitions = 2
+	orders := cfg.Queues.Defaults
+	orders.Partitions = 4
+	cfg.Queues.Declared["orders"] = orders
+	b, err := broker.New(cfg, nil)
+	if err != nil {
+		t.Fatalf("broker.New: %v", err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- b.Serve() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.Ready() {
+		select {
+		case err := <-errc:
+			t.Fatalf("Serve: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node not ready after 10s")
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return &node{Broker: b, base: "http://" + b.HTTPAddr()}
+}
+
+// queue reads a queue through the admin API.
+func (n *node) queue(t *testing.T, name string) broker.QueueView {
+	t.Helper()
+	res, err := http.Get(n.base + "/api/v1/queues/" + name)
+	if err != nil {
+		t.Fatalf("GET queue %s: %v", name, err)
+	}
+	defer res.Body.Close()
+	var v broker.QueueView
+	if err := json.NewDecoder(res.Body).Decode(&v); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET queue %s: status %d, %v", name, res.StatusCode, err)
+	}
+	return v
+}
+
+// messages peeks at a queue through the admin API.
+func (n *node) messages(t *testing.T, name string) []broker.MessageView {
+	t.Helper()
+	res, err := http.Get(n.base + "/api/v1/queues/" + name + "/messages?limit=100")
+	if err != nil {
+		t.Fatalf("peek %s: %v", name, err)
+	}
+	defer res.Body.Close()
+	var l broker.MessageList
+	if err := json.NewDecoder(res.Body).Decode(&l); err != nil {
+		t.Fatalf("peek %s: %v", name, err)
+	}
+	return l.Messages
+}
+
+// waiting is how many dead letters of the queue wait, as the console
+// counts them.
+func waiting(v broker.QueueView) uint64 {
+	if v.DLQ == nil {
+		return 0
+	}
+	if len(v.DLQ.Groups) == 0 {
+		return v.DLQ.Depth
+	}
+	var n uint64
+	for _, g := range v.DLQ.Groups {
+		n = max(n, g.Lag)
+	}
+	return n
+}
+
+func groupOf(v broker.QueueView, name string) broker.GroupView {
+	for _, g := range v.Groups {
+		if g.Name == name {
+			return g
+		}
+	}
+	return broker.GroupView{}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ---- MQTT clients (paho.golang, MQTT 5) ----
+
+type client struct {
+	t    *testing.T
+	c    *paho.Client
+	msgs chan *paho.Publish
+}
+
+func dial(t *testing.T, n *node, id string) *client {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", n.MQTTAddr(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	c := &client{t: t, msgs: make(chan *paho.Publish, 100)}
+	c.c = paho.NewClient(paho.ClientConfig{
+		Conn: conn, ClientID: id,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+			func(r paho.PublishReceived) (bool, error) {
+				c.msgs <- r.Packet
+				return true, nil
+			},
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if ca, err := c.c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
+		t.Fatalf("%s: connect: %v", id, err)
+	}
+	t.Cleanup(func() { _ = c.c.Disconnect(&paho.Disconnect{}) })
+	return c
+}
+
+// publish sends a QoS 1 publish with user properties (name, value, ...)
+// and checks that it was stored.
+func (c *client) publish(topic string, payload []byte, props ...string) {
+	c.t.Helper()
+	p := &paho.Publish{Topic: topic, QoS: 1, Payload: payload, Properties: &paho.PublishProperties{}}
+	for i := 0; i+1 < len(props); i += 2 {
+		p.Properties.User.Add(props[i], props[i+1])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if r, err := c.c.Publish(ctx, p); err != nil || r.ReasonCode != 0 {
+		c.t.Fatalf("publish %s: %v", topic, err)
+	}
+}
+
+// consume joins a group with explicit settlement.
+func (c *client) consume(filter string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s := &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}, Properties: &paho.SubscribeProperties{}}
+	s.Properties.User.Add("ack", "explicit")
+	if sa, err := c.c.Subscribe(ctx, s); err != nil || sa.Reasons[0] != 1 {
+		c.t.Fatalf("subscribe %s: %v", filter, err)
+	}
+}
+
+// take waits for n deliveries and returns them by payload.
+func (c *client) take(n int) map[string]*paho.Publish {
+	c.t.Helper()
+	got := map[string]*paho.Publish{}
+	for len(got) < n {
+		select {
+		case p := <-c.msgs:
+			got[string(p.Payload)] = p
+		case <-time.After(10 * time.Second):
+			c.t.Fatalf("%d deliveries of %d within 10s", len(got), n)
+		}
+	}
+	return got
+}
+
+// settle publishes an explicit settlement ($ack, $reject) of a delivery.
+func (c *client) settle(queue, verb, group string, p *paho.Publish) {
+	c.t.Helper()
+	c.publish("$queue/"+queue+"/$"+verb, nil, "msg-id", p.Properties.User.Get("msg-id"), "group", group)
+}
+
+// seedOrders fills the node: telemetry with 12 messages and no group;
+// orders with 6 messages, of which the group billing acks one, rejects two
+// (the HTML payload and the binary one: dead letters) and holds three. The
+// group audit, with no consumer left, keeps all six stored.
+func seedOrders(t *testing.T, n *node) {
+	audit := dial(t, n, "audit-1")
+	audit.consume("$share/audit/$queue/orders")
+	_ = audit.c.Disconnect(&paho.Disconnect{})
+	prod := dial(t, n, "producer")
+	for i := range 12 {
+		prod.publish("$queue/telemetry/dev-"+fmt.Sprint(i%3), []byte(fmt.Sprintf(`{"reading":%d}`, i)))
+	}
+	prod.publish("$queue/orders", []byte(`{"order":1}`), "key", "order-1")
+	prod.publish("$queue/orders", []byte(`{"order":2}`), "key", "order-2")
+	prod.publish("$queue/orders", []byte(xssPayload), "key", "<b>order-3</b>", "note", "<script>window.__shardqXSS=3</script>")
+	prod.publish("$queue/orders", binaryPayload, "key", "order-4")
+	prod.publish("$queue/orders", []byte(`{"order":5}`), "key", "order-5")
+	prod.publish("$queue/orders", []byte(`{"order":6}`), "key", "order-6")
+
+	billing := dial(t, n, "billing-1")
+	billing.consume("$share/billing/$queue/orders/#")
+	got := billing.take(6)
+	billing.settle("orders", "ack", "billing", got[`{"order":1}`])
+	billing.settle("orders", "reject", "billing", got[xssPayload])
+	billing.settle("orders", "reject", "billing", got[string(binaryPayload)])
+	waitUntil(t, "two dead letters and a lag of 3", func() bool {
+		v := n.queue(t, "orders")
+		return waiting(v) == 2 && groupOf(v, "billing").Lag == 3
+	})
+}
+
+// seedJobs leaves one dead letter in jobs.
+func seedJobs(t *testing.T, n *node) {
+	prod := dial(t, n, "producer")
+	prod.publish("$queue/jobs", []byte("resize photo 17"))
+	workers := dial(t, n, "worker-1")
+	workers.consume("$share/workers/$queue/jobs")
+	workers.settle("jobs", "reject", "workers", workers.take(1)["resize photo 17"])
+	waitUntil(t, "a dead letter in jobs", func() bool { return waiting(n.queue(t, "jobs")) == 1 })
+}
+
+// ---- the browser ----
+
+// chromium returns the browser to drive, or skips the test.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SHARDQ_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("chromium not found (Debian package chromium, which .ci/run installs; or set SHARDQ_CHROMIUM): the console is not tested in a browser")
+	return ""
+}
+
+// newBrowser starts headless Chromium for the test; each tab of it is a
+// context derived from the one returned.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path := chromium(t)
+	profile := t.TempDir()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.UserDataDir(profile),
+		chromedp.WindowSize(1360, 1000),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("starting %s: %v", path, err)
+	}
+	return ctx
+}
+
+// tab is one browser tab on a node's console.
+type tab struct {
+	t    *testing.T
+	ctx  context.Context
+	base string // http://host:port
+	node *node  // nil for a stand-in
+
+	mu       sync.Mutex
+	problems []string // exceptions and console errors of the page
+}
+
+func newTab(t *testing.T, browser context.Context, base string, n *node) *tab {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(browser)
+	p := &tab{t: t, ctx: ctx, base: base, node: n}
+	messages := chromedp.Console(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			// The browser logs every HTTP error answer (a 401 to a refused
+			// change, the 404 of /api/v1/cluster on a single node) as a
+			// network entry: those are expected.
+			if (m.IsException() || m.Type == chromedp.ConsoleError) && m.Source != "network" {
+				p.mu.Lock()
+				p.problems = append(p.problems, m.String())
+				p.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, m := range p.problems {
+			t.Errorf("page console: %s", m)
+		}
+	})
+	p.do("opening the console", chromedp.Navigate(base+"/"))
+	return p
+}
+
+// do runs actions, failing the test with a screenshot and the page's text
+// when one fails.
+func (p *tab) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 15*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		p.fail(what, err)
+	}
+}
+
+func (p *tab) fail(what string, err error) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+	p.screenshot("failed-" + regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(p.t.Name(), "-"))
+	p.t.Fatalf("%s: %v\n--- the page shows:\n%s", what, err, text)
+}
+
+// eval evaluates a JavaScript expression in the page.
+func eval[T any](p *tab, expr string) T {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		p.fail("evaluating "+expr, err)
+	}
+	return v
+}
+
+// waitFor waits until a JavaScript expression is true.
+func (p *tab) waitFor(what, expr string) {
+	p.t.Helper()
+	p.do(what, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))(ctx, t)
+		return err
+	}))
+}
+
+func js(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// text is the text of the first element matching a CSS selector, "" when
+// there is none.
+func (p *tab) text(sel string) string {
+	p.t.Helper()
+	return eval[string](p, `(document.querySelector(`+js(sel)+`) || {}).textContent || ""`)
+}
+
+// waitText waits until the element's text is want.
+func (p *tab) waitText(sel, want string) {
+	p.t.Helper()
+	p.waitFor(fmt.Sprintf("%s showing %q", sel, want),
+		`((e) => e !== null && e.textContent.trim() === `+js(want)+`)(document.querySelector(`+js(sel)+`))`)
+}
+
+// waitContains waits until the element's text contains want.
+func (p *tab) waitContains(sel, want string) {
+	p.t.Helper()
+	p.waitFor(fmt.Sprintf("%s containing %q", sel, want),
+		`((e) => e !== null && e.textContent.includes(`+js(want)+`))(document.querySelector(`+js(sel)+`))`)
+}
+
+// click clicks an element with the mouse once it is there and enabled.
+func (p *tab) click(sel string) {
+	p.t.Helper()
+	p.waitFor(sel+" enabled", `((e) => e !== null && !e.disabled)(document.querySelector(`+js(sel)+`))`)
+	p.do("clicking "+sel, chromedp.Click(chromedp.CSS(sel)))
+}
+
+// confirm answers the open confirmation dialog, after checking its text.
+func (p *tab) confirm(ok bool, want string) {
+	p.t.Helper()
+	p.waitFor("the confirmation dialog", `document.getElementById("confirm").open`)
+	if got := p.text("#confirm"); !strings.Contains(got, want) {
+		p.t.Errorf("confirmation says %q, want it to mention %q", got, want)
+	}
+	if ok {
+		p.click("#confirm-ok")
+	} else {
+		p.click("#confirm-cancel")
+	}
+	p.waitFor("the dialog closing", `!document.getElementById("confirm").open`)
+}
+
+// screenshot saves the whole page as NAME.png in the screenshot directory.
+func (p *tab) screenshot(name string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	dir := os.Getenv("SHARDQ_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join("testdata", "screenshots")
+	}
+	file := filepath.Join(dir, name+".png")
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		err = os.WriteFile(file, png, 0o644)
+	}
+	if err != nil {
+		p.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	abs, _ := filepath.Abs(file)
+	p.t.Logf("screenshot: %s", abs)
+}
+
+// ---- what the pages show ----
+
+func (p *tab) overview() {
+	p.t.Helper()
+	p.waitFor("the redirect to /ui/", `location.pathname === "/ui/"`)
+	p.waitText(`#queues tr[data-queue="orders"] td.depth`, "6")
+	p.waitText(`#queues tr[data-queue="telemetry"] td.depth`, "12")
+	p.waitText(`#queues tr[data-queue="orders"] td.dlq`, "2")
+	p.waitText(`#queues tr[data-queue="orders"] td.consumers`, "1")
+	p.waitText(`#groups tr[data-queue="orders"][data-group="billing"] td.lag`, "3")
+	p.waitText(`#groups tr[data-queue="orders"][data-group="billing"] td.leased`, "3")
+	p.waitText("#node", "node console-test")
+	p.waitText("#ready", "ready")
+	// Rates need two polls of the counters.
+	p.waitFor("a rate", `/^[0-9]/.test(document.querySelector('#queues tr[data-queue="orders"] td.rate-in').textContent)`)
+	if !eval[bool](p, `document.getElementById("login").hidden`) {
+		p.t.Error("the login shows on a node without an admin token")
+	}
+	if got := p.text("#session"); got != "no admin token" {
+		p.t.Errorf("session shows %q", got)
+	}
+	if eval[bool](p, `document.getElementById("cluster") !== null`) {
+		p.t.Error("a cluster section on a single node")
+	}
+	p.screenshot("overview")
+}
+
+func (p *tab) queuePage() {
+	p.t.Helper()
+	p.click(`#queues tr[data-queue="orders"] a.queue-link`)
+	p.waitText("#queue-name", "orders")
+	p.waitFor("4 partitions", `document.querySelectorAll("table.partitions tbody tr").length === 4`)
+	p.waitText(`table.groups tr[data-group="billing"] td.lag`, "3")
+	p.waitText(`table.groups tr[data-group="billing"] td.consumers`, "1")
+	p.waitText(`table.groups tr[data-group="billing"] td.leased`, "3")
+	p.waitFor("two dead letters", `document.querySelectorAll("#dlq tr.letter.waiting").length === 2`)
+	p.waitContains("#dlq-summary", "2 dead letters waiting")
+
+	// The HTML payload is shown as text: no element comes of it.
+	p.waitFor("the HTML payload as text", `[...document.querySelectorAll("#dlq .text-preview")].some((e) => e.textContent === `+js(xssPayload)+`)`)
+	if n := eval[int](p, `document.querySelectorAll("#main img, #main script").length`); n != 0 {
+		p.t.Errorf("%d img or script elements in the page: a payload was taken as HTML", n)
+	}
+	if !eval[bool](p, `[...document.querySelectorAll("#dlq td.key")].some((e) => e.textContent === "<b>order-3</b>")`) {
+		p.t.Error("the key <b>order-3</b> is not shown as text")
+	}
+	// The binary payload is shown as hex, and in full with "more".
+	p.waitContains("#dlq .hex-preview", "00 01 fe ff 41")
+	bin := eval[string](p, `[...document.querySelectorAll("#dlq tr.letter")].find((r) => r.querySelector(".hex-preview")).dataset.msgId`)
+	p.click(`#dlq tr[data-msg-id="` + bin + `"] button.show`)
+	p.waitContains(`#dlq tr[data-detail-of="`+bin+`"] pre.payload-hex`, "00000000  00 01 fe ff 41")
+	p.waitContains(`#dlq tr[data-detail-of="`+bin+`"] pre.payload-hex`, "|....A|")
+	p.waitContains(`#dlq tr[data-detail-of="`+bin+`"] .props`, "rejected")
+	p.click(`#dlq tr[data-msg-id="` + bin + `"] button.show`)
+	html := eval[string](p, `[...document.querySelectorAll("#dlq tr.letter")].find((r) => r.querySelector(".text-preview")).dataset.msgId`)
+	p.click(`#dlq tr[data-msg-id="` + html + `"] button.show`)
+	p.waitContains(`#dlq tr[data-detail-of="`+html+`"] pre.payload-text`, xssPayload)
+	p.waitContains(`#dlq tr[data-detail-of="`+html+`"] .props`, "<script>window.__shardqXSS=3</script>")
+	if n := eval[int](p, `document.querySelectorAll("#main img, #main script").length`); n != 0 {
+		p.t.Errorf("%d img or script elements in the page: a payload or property was taken as HTML", n)
+	}
+	if eval[bool](p, `window.__shardqXSS !== undefined`) {
+		p.t.Error("a payload's script ran")
+	}
+	p.screenshot("queue")
+	p.click(`#dlq tr[data-msg-id="` + html + `"] button.show`)
+}
+
+// replaySelected replays the HTML payload's dead letter with the console and
+// checks through the admin API that it went back into the queue.
+func (p *tab) replaySelected() {
+	p.t.Helper()
+	n := p.node
+	id := eval[string](p, `[...document.querySelectorAll("#dlq tr.letter")].find((r) => r.querySelector(".text-preview")).dataset.msgId`)
+	p.click(`#dlq tr[data-msg-id="` + id + `"] input.select`)
+	p.waitText("#replay-selected", "Replay selected (1)…")
+
+	// Cancelled: nothing happens.
+	p.click("#replay-selected")
+	p.confirm(false, id)
+	time.Sleep(300 * time.Millisecond)
+	if v := n.queue(p.t, "orders"); waiting(v) != 2 || v.Counts.Enqueued != 6 {
+		p.t.Fatalf("after a cancelled replay: %d dead letters waiting, %d enqueued", waiting(v), v.Counts.Enqueued)
+	}
+
+	p.click("#replay-selected")
+	p.confirm(true, id)
+	p.waitContains("#notice", "Replayed 1 dead letter into orders: "+id+" → ")
+	v := n.queue(p.t, "orders")
+	if waiting(v) != 1 || v.Counts.Enqueued != 7 {
+		p.t.Errorf("after the replay: %d dead letters waiting, %d enqueued; want 1 and 7", waiting(v), v.Counts.Enqueued)
+	}
+	copies := 0
+	for _, m := range n.messages(p.t, "orders") {
+		if string(m.Payload) == xssPayload {
+			copies++
+		}
+	}
+	if copies != 2 {
+		p.t.Errorf("orders holds %d messages with the replayed payload, want 2 (the original and its copy)", copies)
+	}
+	// The group that dead-lettered it has it again, and the page follows.
+	p.waitText(`table.groups tr[data-group="billing"] td.lag`, "4")
+	p.waitContains("#dlq-summary", "1 dead letter waiting")
+	p.waitFor("the replayed letter gone or marked", `((r) => r === null || r.classList.contains("replayed") || r.classList.contains("settled"))(document.querySelector('#dlq tr[data-msg-id="`+id+`"]'))`)
+	p.screenshot("replayed")
+}
+
+// tokenRequired checks that, with an admin token, changes fail until the
+// operator logs in, a wrong token is reported, and the right one works.
+func (p *tab) tokenRequired(token string) {
+	p.t.Helper()
+	n := p.node
+	p.waitFor("the login", `!document.getElementById("login").hidden`)
+	p.waitContains("#session", "Log in")
+	p.do("opening jobs", chromedp.Navigate(n.base+"/ui/#/queues/jobs"))
+	p.waitText("#queue-name", "jobs")
+	p.waitFor("the dead letter", `document.querySelectorAll("#dlq tr.letter.waiting").length === 1`)
+
+	// Without a token the node refuses and the page says why.
+	p.click("#replay-all")
+	p.confirm(true, "jobs")
+	p.waitContains("#notice", "needs the admin token")
+	p.click("#purge-dlq")
+	p.confirm(true, "cannot be undone")
+	p.waitContains("#notice", "needs the admin token")
+	if v := n.queue(p.t, "jobs"); waiting(v) != 1 || v.DLQ.Depth != 1 || v.Counts.Enqueued != 1 {
+		p.t.Fatalf("without a token: %d dead letters waiting, %d stored, %d enqueued; want nothing changed", waiting(v), v.DLQ.Depth, v.Counts.Enqueued)
+	}
+
+	// A wrong token is refused at login and not kept.
+	p.do("typing a wrong token", chromedp.SendKeys(chromedp.CSS("#login-token"), "not-the-token"))
+	p.click("#login-submit")
+	p.waitContains("#login-error", "Wrong token")
+	if eval[bool](p, `sessionStorage.length !== 0`) {
+		p.t.Error("a wrong token was kept")
+	}
+	p.screenshot("login")
+
+	eval[bool](p, `(document.getElementById("login-token").value = "") === ""`)
+	p.do("typing the token", chromedp.SendKeys(chromedp.CSS("#login-token"), token))
+	p.click("#login-submit")
+	p.waitContains("#session", "logged in")
+	if !eval[bool](p, `document.getElementById("login").hidden`) {
+		p.t.Error("the login still shows after logging in")
+	}
+	if got := eval[string](p, `sessionStorage.getItem("shardq.admin_token")`); got != token {
+		p.t.Errorf("sessionStorage holds %q", got)
+	}
+	p.click("#replay-all")
+	p.confirm(true, "jobs")
+	p.waitContains("#notice", "Replayed 1 dead letter into jobs")
+	if v := n.queue(p.t, "jobs"); waiting(v) != 0 || v.Counts.Enqueued != 2 {
+		p.t.Errorf("after the replay: %d dead letters waiting, %d enqueued; want 0 and 2", waiting(v), v.Counts.Enqueued)
+	}
+	// The replayed message is back in jobs, leased by the worker; the
+	// purge deletes it.
+	p.waitText("#summary .card:first-child .value", "1")
+	p.click("#purge-queue")
+	p.confirm(true, "cannot be undone")
+	p.waitContains("#notice", "Purged 1 message from jobs")
+	if v := n.queue(p.t, "jobs"); v.Depth != 0 {
+		p.t.Errorf("after the purge: jobs holds %d messages", v.Depth)
+	}
+}
+
+// clusteredNode serves the console and the reads of a clustered node's
+// admin API, with the cluster document of SPEC section 7.
+func clusteredNode() http.Handler {
+	orders := broker.QueueView{Node: "node-1", Name: "orders", Settings: broker.Settings{Partitions: 2}, Depth: 5,
+		Groups:     []broker.GroupView{{Name: "billing", Consumers: 2, Lag: 1}},
+		Partitions: []broker.PartitionView{{Partition: 0, Next: 3, Committed: 3, Depth: 3}, {Partition: 1, Next: 2, Committed: 2, Depth: 2}}}
+	list := broker.QueueList{Node: "node-1", Queues: []broker.QueueView{orders}}
+	list.Queues[0].Partitions = nil
+	const cluster = `{
+	  "nodes": [
+	    {"id": "node-1", "mqtt": "127.0.0.1:11883", "http": "127.0.0.1:11990", "cluster_addr": "127.0.0.1:11400", "state": "up"},
+	    {"id": "node-2", "mqtt": "127.0.0.1:12883", "http": "127.0.0.1:12990", "cluster_addr": "127.0.0.1:12400", "state": "up"},
+	    {"id": "node-3", "mqtt": "127.0.0.1:13883", "http": "127.0.0.1:13990", "cluster_addr": "127.0.0.1:13400", "state": "down"}
+	  ],
+	  "partitions": [
+	    {"queue": "orders", "partition": 0, "owner": "node-1", "epoch": 4, "replicas": ["node-1", "node-2", "node-3"], "in_sync": ["node-1", "node-2"]},
+	    {"queue": "orders", "partition": 1, "owner": "node-2", "epoch": 7, "replicas": ["node-2", "node-1", "node-3"], "in_sync": ["node-2", "node-1"]}
+	  ]
+	}`
+	reply := func(v any) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if s, ok := v.(string); ok {
+				_, _ = w.Write([]byte(s))
+				return
+			}
+			_ = json.NewEncoder(w).Encode(v)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle(console.Prefix, console.New(console.Options{}))
+	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ready\n")) })
+	mux.HandleFunc("GET /api/v1/queues", reply(list))
+	mux.HandleFunc("GET /api/v1/queues/orders", reply(orders))
+	mux.HandleFunc("GET /api/v1/queues/orders/dlq/messages", reply(broker.MessageList{Messages: []broker.MessageView{}}))
+	mux.HandleFunc("GET /api/v1/cluster", reply(cluster))
+	return mux
+}
+
+func (p *tab) clusterMap() {
+	p.t.Helper()
+	p.waitText(`#cluster tr[data-node="node-3"] td.node-state`, "down")
+	p.waitText(`#cluster tr[data-node="node-1"] td.node-state`, "up")
+	p.waitContains(`#cluster table.owners`, "node-2, node-1, node-3")
+	p.waitText(`#cluster tr[data-node="node-2"] td.num`, "1")
+	p.screenshot("cluster")
+	p.do("opening orders", chromedp.Navigate(p.base+"/ui/#/queues/orders"))
+	p.waitText("#queue-name", "orders")
+	p.waitContains("table.partitions thead", "Owner")
+	p.waitContains(`table.partitions tr[data-partition="1"]`, "node-2")
+}
