@@ -536,7 +536,7 @@ async function refreshQueue(name, gen) {
     main.dataset.view = 'queue:' + name;
     state.dlq = { queue: name, messages: [], selected: new Set(), open: new Set(), views: new Map(), key: '', stale: true, error: null };
     state.peek = null;
-    fill(main, h('div', { id: 'figures' }), h('section', { id: 'dlq' }), h('section', { id: 'peek' }));
+    fill(main, h('div', { id: 'figures' }), h('section', { id: 'dlq' }), h('section', { id: 'peek' }), h('section', { id: 'settings', class: 'two' }));
     renderPeek(name);
   }
   renderFigures(qv);
@@ -596,7 +596,9 @@ function renderFigures(qv) {
   fill($('#figures'),
     h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Queues'), ' / '),
     h('h1', null, h('span', { id: 'queue-name' }, qv.name),
-      h('span', { class: 'badge', title: 'where the settings come from' }, 'settings: ' + (qv.source || 'defaults'))),
+      h('span', { class: 'badge', title: 'where the settings come from' }, 'settings: ' + (qv.source || 'defaults')),
+      h('span', { class: 'spacer' }),
+      h('button', { id: 'purge-queue', class: 'danger', onclick: (ev) => purgeQueue(ev.target, qv) }, 'Purge queue…')),
     h('section', { class: 'cards', id: 'summary' },
       card('Depth', num(qv.depth)),
       card('In /s', rate(r.enqueued)), card('Delivered /s', rate(r.delivered)), card('Acked /s', rate(r.acked)),
@@ -608,14 +610,12 @@ function renderFigures(qv) {
         'No consumer group yet: a subscription to $share/GROUP/$queue/' + qv.name + ' creates one.')),
     h('section', { id: 'partitions' },
       h('h2', null, 'Partitions'),
-      table('partitions', ['Partition', 'Shard', 'First', 'Next', 'Committed', 'Depth'].concat(clustered ? ['Owner', 'Epoch', 'Replicas'] : []), parts)),
-    h('section', { id: 'settings', class: 'two' },
-      h('div', null, h('h2', null, 'Settings'),
-        h('dl', { class: 'kv' }, Object.entries(s).map(([k, v]) => [h('dt', null, k), h('dd', null, String(v))]))),
-      h('div', null, h('h2', null, 'Totals since the node started'),
-        h('dl', { class: 'kv' }, Object.entries(c).map(([k, v]) => [h('dt', null, k.replace(/_/g, ' ')), h('dd', null, num(v))])),
-        h('p', { class: 'actions' },
-          h('button', { id: 'purge-queue', class: 'danger', onclick: (ev) => purgeQueue(ev.target, qv) }, 'Purge queue…')))));
+      table('partitions', ['Partition', 'Shard', 'First', 'Next', 'Committed', 'Depth'].concat(clustered ? ['Owner', 'Epoch', 'Replicas'] : []), parts)));
+  fill($('#settings'),
+    h('div', null, h('h2', null, 'Settings'),
+      h('dl', { class: 'kv' }, Object.entries(s).map(([k, v]) => [h('dt', null, k), h('dd', null, String(v))]))),
+    h('div', null, h('h2', null, 'Totals since the node started'),
+      h('dl', { class: 'kv' }, Object.entries(c).map(([k, v]) => [h('dt', null, k.replace(/_/g, ' ')), h('dd', null, num(v))]))));
 }
 
 function toggleGroup(queue, group) {
