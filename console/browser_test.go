@@ -162,6 +162,14 @@ func (p *tab) queuePage() {
 	}
 	p.screenshot("queue")
 	p.click(`#dlq tr[data-msg-id="` + html + `"] button.show`)
+
+	// A group's position per partition, and a peek at the queue.
+	p.click(`table.groups tr[data-group="billing"] button.toggle`)
+	p.waitFor("billing per partition", `document.querySelectorAll("table.group-partitions tbody tr").length === 4`)
+	p.click(`table.groups tr[data-group="billing"] button.toggle`)
+	p.click("#peek-open")
+	p.waitFor("the peeked messages", `document.querySelectorAll("table.messages tbody tr").length === 6`)
+	p.waitContains("table.messages", `{"order":2}`)
 }
 
 // replaySelected replays the HTML payload's dead letter with the console and
@@ -202,6 +210,20 @@ func (p *tab) replaySelected() {
 	p.waitContains("#dlq-summary", "1 dead letter waiting")
 	p.waitFor("the replayed letter gone or marked", `((r) => r === null || r.classList.contains("replayed") || r.classList.contains("settled"))(document.querySelector('#dlq tr[data-msg-id="`+id+`"]'))`)
 	p.screenshot("replayed")
+
+	// Deleting a group: refused while it has consumers, done when it has none.
+	p.clearNotice()
+	p.click(`table.groups tr[data-group="billing"] button.delete-group`)
+	p.confirm(true, "billing")
+	p.waitNotice(`has consumers connected`)
+	p.clearNotice()
+	p.click(`table.groups tr[data-group="audit"] button.delete-group`)
+	p.confirm(true, "audit")
+	p.waitNotice(`^Deleted group audit of orders\.`)
+	p.waitFor("audit gone", `document.querySelector('table.groups tr[data-group="audit"]') === null`)
+	if g := groupOf(n.queue(p.t, "orders"), "audit"); g.Name != "" {
+		p.t.Error("the group audit is still there")
+	}
 }
 
 // tokenRequired checks that, with an admin token, changes fail until the

@@ -374,6 +374,7 @@ async function refresh() {
       again = false; // until a login
       if (state.token) forgetToken();
       showLogin('This node needs the admin token to show its queues: log in.');
+      delete $('#main').dataset.view;
       fill($('#main'), h('p', { class: 'empty', id: 'need-login' }, 'Log in with the admin token to see the queues.'));
     }
     setRefreshed(e);
@@ -523,6 +524,7 @@ async function refreshQueue(name, gen) {
   } catch (e) {
     if (e.status !== 404) throw e;
     if (gen !== state.generation) return;
+    delete $('#main').dataset.view;
     fill($('#main'), h('p', { class: 'empty', id: 'no-queue' }, 'No queue named ', h('code', null, name), ' on this node. ',
       h('a', { href: '#/' }, 'Back to the overview')));
     return;
