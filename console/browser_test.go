@@ -48,10 +48,23 @@ func TestConsoleBrowser(t *testing.T) {
 	// No node has /api/v1/cluster yet: the cluster map is checked against
 	// a stand-in for a clustered node's admin API.
 	t.Run("cluster map", func(t *testing.T) {
-		srv := httptest.NewServer(clusteredNode())
+		srv := httptest.NewServer(clusteredNode(""))
 		t.Cleanup(srv.Close)
 		p := newTab(t, newBrowser(t), srv.URL, nil)
 		p.clusterMap()
+	})
+	// SPEC section 9 has every /api/v1/ call need the token once one is
+	// set, reads included: the console asks for it before it shows anything.
+	t.Run("reads need the token", func(t *testing.T) {
+		srv := httptest.NewServer(clusteredNode("read-token"))
+		t.Cleanup(srv.Close)
+		p := newTab(t, newBrowser(t), srv.URL, nil)
+		p.waitFor("the login", `!document.getElementById("login").hidden`)
+		p.waitContains("#need-login", "Log in with the admin token")
+		p.do("typing the token", chromedp.SendKeys(chromedp.CSS("#login-token"), "read-token"))
+		p.click("#login-submit")
+		p.waitText(`#queues tr[data-queue="orders"] td.depth`, "5")
+		p.waitText(`#cluster tr[data-node="node-1"] td.node-state`, "up")
 	})
 }
 
@@ -287,8 +300,9 @@ func (p *tab) tokenRequired(token string) {
 }
 
 // clusteredNode serves the console and the reads of a clustered node's
-// admin API, with the cluster document of SPEC section 7.
-func clusteredNode() http.Handler {
+// admin API, with the cluster document of SPEC section 7; with a token,
+// every read needs it.
+func clusteredNode(token string) http.Handler {
 	orders := broker.QueueView{Node: "node-1", Name: "orders", Settings: broker.Settings{Partitions: 2}, Depth: 5,
 		Groups:     []broker.GroupView{{Name: "billing", Consumers: 2, Lag: 1}},
 		Partitions: []broker.PartitionView{{Partition: 0, Next: 3, Committed: 3, Depth: 3}, {Partition: 1, Next: 2, Committed: 2, Depth: 2}}}
@@ -308,6 +322,11 @@ func clusteredNode() http.Handler {
 	reply := func(v any) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
+			if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(`{"error": "missing bearer token"}`))
+				return
+			}
 			if s, ok := v.(string); ok {
 				_, _ = w.Write([]byte(s))
 				return
@@ -316,7 +335,7 @@ func clusteredNode() http.Handler {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle(console.Prefix, console.New(console.Options{}))
+	mux.Handle(console.Prefix, console.New(console.Options{Token: token}))
 	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ready\n")) })
 	mux.HandleFunc("GET /api/v1/queues", reply(list))

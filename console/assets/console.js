@@ -182,13 +182,14 @@ async function ready() {
   }
 }
 
-// cluster returns the cluster map, or null where the node has none (no
-// /api/v1/cluster: a single node).
+// cluster returns the cluster map, null where the node has none (no
+// /api/v1/cluster: a single node), or undefined when it could not tell
+// (asked again at the next poll).
 async function cluster() {
   try {
     return await api('GET', API + 'cluster');
-  } catch (_) {
-    return null;
+  } catch (e) {
+    return e.status === 404 ? null : undefined;
   }
 }
 
