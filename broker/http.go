@@ -3,10 +3,12 @@ package broker
 import (
 	"net/http"
 	"net/http/pprof"
+
+	"github.com/shardq/shardq/console"
 )
 
-// handler serves /healthz, /readyz, /metrics (unless metrics are off)
-// and the admin API (admin.go).
+// handler serves /healthz, /readyz, /metrics (unless metrics are off),
+// the admin API (admin.go) and the web console (/ui/, where / leads).
 func (b *Broker) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -26,5 +28,7 @@ func (b *Broker) handler() http.Handler {
 		mux.Handle("GET /metrics", b.metricsHandler())
 	}
 	b.mountAdmin(mux)
+	mux.Handle(console.Prefix, console.New(console.Options{Token: b.cfg.Admin.Token}))
+	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
 	return mux
 }

@@ -1,0 +1,860 @@
+// shardq web console. Reads the admin API (/api/v1/) every two seconds and
+// renders with DOM calls only: every string that comes from the node (queue
+// and group names, keys, topics, properties, payloads) becomes a text node
+// through h() below, never HTML. Nothing here uses innerHTML.
+'use strict';
+
+const POLL_MS = 2000;
+const TOKEN_KEY = 'shardq.admin_token';
+// Paths are relative to the page (/ui/), so that the console also works
+// behind a proxy that mounts the node under a path of its own.
+const API = '../api/v1/';
+const PEEK_LIMIT = 50; // dead letters read per partition
+const PREVIEW_CHARS = 80;
+const PREVIEW_BYTES = 24;
+
+const state = {
+  tokenRequired: false,
+  token: sessionStorage.getItem(TOKEN_KEY) || '',
+  samples: new Map(), // queue name -> {t, counts}: the previous poll
+  rates: new Map(), // queue name -> {enqueued, delivered, acked} per second
+  cluster: undefined, // undefined: not asked yet; null: no cluster; else GET /api/v1/cluster
+  generation: 0, // bumped by every refresh; a stale answer is dropped
+  timer: 0,
+  openGroups: new Set(), // groups whose per-partition table is open
+  dlq: null, // the dead-letter browser of the queue page
+  peek: null, // the queue page's peeked messages
+  replayed: new Set(), // "queue\x00dlq msg-id" replayed from this tab
+};
+
+// ---- DOM helpers ----
+
+function $(sel) { return document.querySelector(sel); }
+
+// h builds an element. Attributes are set with setAttribute (or as event
+// listeners for on*); children that are not nodes become text nodes.
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') el.className = v;
+    else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'checked' || k === 'disabled' || k === 'open') el[k] = Boolean(v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  el.append(...nodes(children));
+  return el;
+}
+
+// nodes turns children into nodes: nested arrays are flattened, null,
+// undefined and false left out, anything else not a node made a text node.
+function nodes(children) {
+  const out = [];
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    out.push(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return out;
+}
+
+// fill replaces the children of el.
+function fill(el, ...children) { el.replaceChildren(...nodes(children)); }
+
+// table builds a table; a column whose first cell is a number (class num)
+// has its header aligned with it.
+function table(cls, headers, rows, empty) {
+  if (!rows.length && empty) return h('p', { class: 'empty ' + cls }, empty);
+  const body = h('tbody', null, rows);
+  const first = body.querySelector('tr');
+  const numeric = (i) => first && first.children[i] && first.children[i].classList.contains('num');
+  return h('table', { class: cls },
+    h('thead', null, h('tr', null, headers.map((x, i) => h('th', { class: numeric(i) ? 'num' : null }, x)))),
+    body);
+}
+
+function card(label, value, cls) {
+  return h('div', { class: 'card ' + (cls || '') }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, value));
+}
+
+// ---- formatting ----
+
+function num(n) { return n === undefined || n === null ? '—' : Number(n).toLocaleString('en-US'); }
+
+function rate(r) {
+  if (r === undefined || r === null) return '—';
+  return r < 10 ? r.toFixed(1) : Math.round(r).toLocaleString('en-US');
+}
+
+function age(seconds) {
+  if (!seconds) return '—';
+  if (seconds < 60) return seconds.toFixed(1) + ' s';
+  const m = Math.floor(seconds / 60);
+  if (m < 60) return m + ' min ' + Math.floor(seconds % 60) + ' s';
+  const hrs = Math.floor(m / 60);
+  if (hrs < 48) return hrs + ' h ' + (m % 60) + ' min';
+  return Math.floor(hrs / 24) + ' d ' + (hrs % 24) + ' h';
+}
+
+function pad(n, w) { return String(n).padStart(w || 2, '0'); }
+
+function when(iso) {
+  const d = new Date(iso);
+  if (isNaN(d)) return String(iso);
+  return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + ' ' +
+    pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds());
+}
+
+function plural(n, one, many) { return num(n) + ' ' + (n === 1 ? one : (many || one + 's')); }
+
+// ---- payloads ----
+
+function bytesOf(b64) {
+  const s = atob(b64 || '');
+  const out = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+  return out;
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+// textOf returns the bytes as text when they are UTF-8 without control
+// characters other than tab and line breaks, else null (binary).
+function textOf(bytes) {
+  let s;
+  try { s = utf8.decode(bytes); } catch (_) { return null; }
+  return /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/.test(s) ? null : s;
+}
+
+function hexOf(bytes, max) {
+  const part = Array.from(bytes.subarray(0, max), (b) => pad(b.toString(16)));
+  return part.join(' ') + (bytes.length > max ? ' …' : '');
+}
+
+function hexDump(bytes) {
+  const lines = [];
+  for (let off = 0; off < bytes.length; off += 16) {
+    const row = bytes.subarray(off, off + 16);
+    const hex = Array.from(row, (b) => pad(b.toString(16))).join(' ').padEnd(47, ' ');
+    const ascii = Array.from(row, (b) => (b >= 0x20 && b < 0x7f ? String.fromCharCode(b) : '.')).join('');
+    lines.push(pad(off.toString(16), 8) + '  ' + hex + '  |' + ascii + '|');
+  }
+  return lines.join('\n');
+}
+
+// ---- the admin API ----
+
+class APIError extends Error {
+  constructor(status, message, doc) {
+    super(message);
+    this.status = status;
+    this.doc = doc;
+  }
+}
+
+async function api(method, path, body) {
+  const headers = { Accept: 'application/json' };
+  if (state.token) headers.Authorization = 'Bearer ' + state.token;
+  const init = { method, headers, cache: 'no-store' };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let res;
+  try {
+    res = await fetch(path, init);
+  } catch (e) {
+    throw new APIError(0, 'the node does not answer (' + e.message + ')');
+  }
+  let doc = null;
+  try { doc = await res.json(); } catch (_) { /* not JSON */ }
+  if (!res.ok) throw new APIError(res.status, (doc && doc.error) || res.status + ' ' + res.statusText, doc);
+  return doc;
+}
+
+const enc = encodeURIComponent;
+
+async function ready() {
+  try {
+    const res = await fetch('../readyz', { cache: 'no-store' });
+    return res.ok;
+  } catch (_) {
+    return false;
+  }
+}
+
+// cluster returns the cluster map, null where the node has none (no
+// /api/v1/cluster: a single node), or undefined when it could not tell
+// (asked again at the next poll).
+async function cluster() {
+  try {
+    return await api('GET', API + 'cluster');
+  } catch (e) {
+    return e.status === 404 ? null : undefined;
+  }
+}
+
+// ---- login ----
+
+async function checkToken(token) {
+  const res = await fetch('auth', { cache: 'no-store', headers: token ? { Authorization: 'Bearer ' + token } : {} });
+  let doc = null;
+  try { doc = await res.json(); } catch (_) { /* not JSON */ }
+  return { ok: res.ok, doc };
+}
+
+async function loadAuth() {
+  try {
+    const { ok, doc } = await checkToken(state.token);
+    if (doc && typeof doc.token_required === 'boolean') state.tokenRequired = doc.token_required;
+    if (!ok && state.token) {
+      forgetToken();
+      showLogin('The admin token kept in this tab is no longer accepted: log in again.');
+    }
+  } catch (_) {
+    // The node does not answer; the first refresh says so.
+  }
+  renderSession();
+}
+
+function forgetToken() {
+  state.token = '';
+  sessionStorage.removeItem(TOKEN_KEY);
+  renderSession();
+}
+
+function showLogin(why) {
+  const login = $('#login');
+  login.hidden = false;
+  if (why) $('#login-why').textContent = why;
+  $('#login-token').focus();
+}
+
+function showLoginError(msg) {
+  const el = $('#login-error');
+  el.textContent = msg;
+  el.hidden = false;
+}
+
+async function login(ev) {
+  ev.preventDefault();
+  const input = $('#login-token');
+  const token = input.value.trim();
+  $('#login-error').hidden = true;
+  if (!token) {
+    showLoginError('Enter the admin token (http.admin_token of the node).');
+    return;
+  }
+  let res;
+  try {
+    res = await checkToken(token);
+  } catch (e) {
+    showLoginError('The node does not answer: ' + e.message);
+    return;
+  }
+  if (!res.ok) {
+    showLoginError('Wrong token: the node refused it. Nothing was changed.');
+    input.select();
+    return;
+  }
+  state.token = token;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  input.value = '';
+  $('#login').hidden = true;
+  renderSession();
+  notice('Logged in: changes are sent with the admin token.', 'ok');
+  refresh();
+}
+
+function logout() {
+  forgetToken();
+  notice('Logged out: the token is forgotten by this tab.', 'ok');
+}
+
+function renderSession() {
+  const el = $('#session');
+  if (!state.tokenRequired) {
+    fill(el, h('span', { class: 'muted', title: 'http.admin_token is not set' }, 'no admin token'));
+    $('#login').hidden = true;
+    return;
+  }
+  if (state.token) {
+    fill(el, h('span', { class: 'ok' }, 'logged in'), ' ',
+      h('button', { id: 'logout', class: 'link', onclick: logout }, 'Log out'));
+    $('#login').hidden = true;
+  } else {
+    fill(el, h('button', { id: 'login-open', onclick: () => showLogin() }, 'Log in'));
+    $('#login').hidden = false;
+  }
+}
+
+// explain turns a failed call into a sentence; a refused token opens the
+// login.
+function explain(err) {
+  if (err.status === 401 || err.status === 403) {
+    if (state.token) {
+      forgetToken();
+      showLogin('The node refused the admin token: log in again.');
+      return 'Refused: the node did not accept the admin token (' + err.message + '). Log in again; nothing was changed.';
+    }
+    showLogin('This node has an admin token: log in to replay, purge or delete.');
+    return 'Refused: this node needs the admin token for changes (' + err.message + '). Log in above; nothing was changed.';
+  }
+  return err.message;
+}
+
+// ---- notices and confirmations ----
+
+let noticeTimer = 0;
+
+function notice(text, kind) {
+  const el = $('#notice');
+  clearTimeout(noticeTimer);
+  el.className = 'notice ' + kind;
+  el.setAttribute('role', kind === 'error' ? 'alert' : 'status');
+  fill(el, h('span', { class: 'text' }, text),
+    h('button', { class: 'link close', title: 'dismiss', onclick: () => { el.hidden = true; } }, '×'));
+  el.hidden = false;
+  if (kind === 'ok') noticeTimer = setTimeout(() => { el.hidden = true; }, 8000);
+}
+
+// confirmAction asks in a modal dialog; it resolves to true when confirmed.
+function confirmAction(title, text, okLabel) {
+  const d = $('#confirm');
+  $('#confirm-title').textContent = title;
+  $('#confirm-text').textContent = text;
+  $('#confirm-ok').textContent = okLabel;
+  d.returnValue = '';
+  d.showModal();
+  $('#confirm-cancel').focus();
+  return new Promise((resolve) => d.addEventListener('close', () => resolve(d.returnValue === 'ok'), { once: true }));
+}
+
+// act runs a confirmed change and reports it.
+async function act(button, title, text, okLabel, call, done) {
+  if (!(await confirmAction(title, text, okLabel))) return;
+  if (button) button.disabled = true;
+  try {
+    const res = await call();
+    notice(done(res), 'ok');
+  } catch (e) {
+    let msg = explain(e);
+    const partial = e.doc && e.doc.replay;
+    if (partial) msg += ' (' + plural(partial.replayed, 'dead letter') + ' replayed before it failed)';
+    notice(msg, 'error');
+  } finally {
+    if (button) button.disabled = false;
+  }
+  if (state.dlq) state.dlq.stale = true;
+  refresh();
+}
+
+// ---- polling and routes ----
+
+function route() {
+  const m = location.hash.match(/^#\/queues\/([^/]+)$/);
+  if (m) {
+    try {
+      return { page: 'queue', name: decodeURIComponent(m[1]) };
+    } catch (_) { /* malformed: the overview */ }
+  }
+  return { page: 'overview' };
+}
+
+async function refresh() {
+  clearTimeout(state.timer);
+  const gen = ++state.generation;
+  const r = route();
+  let again = true;
+  try {
+    if (r.page === 'queue') await refreshQueue(r.name, gen);
+    else await refreshOverview(gen);
+    if (gen === state.generation) setRefreshed(null);
+  } catch (e) {
+    if (gen !== state.generation) return;
+    if (e.status === 401 || e.status === 403) {
+      again = false; // until a login
+      if (state.token) forgetToken();
+      showLogin('This node needs the admin token to show its queues: log in.');
+      delete $('#main').dataset.view;
+      fill($('#main'), h('p', { class: 'empty', id: 'need-login' }, 'Log in with the admin token to see the queues.'));
+    }
+    setRefreshed(e);
+  }
+  if (again && gen === state.generation) state.timer = setTimeout(refresh, POLL_MS);
+}
+
+function setRefreshed(err) {
+  const el = $('#refreshed');
+  if (err) {
+    el.className = 'refreshed error';
+    el.textContent = 'update failed: ' + err.message;
+  } else {
+    el.className = 'refreshed';
+    el.textContent = 'updated ' + when(new Date().toISOString()).slice(11);
+  }
+}
+
+function setNode(node, isReady) {
+  $('#node').textContent = 'node ' + node;
+  const r = $('#ready');
+  r.className = 'ready ' + (isReady ? 'ok' : 'bad');
+  r.textContent = isReady ? 'ready' : 'not ready';
+}
+
+// updateRates computes per-second rates from two polls of the counters.
+function updateRates(queues) {
+  const now = performance.now();
+  for (const qv of queues) {
+    const prev = state.samples.get(qv.name);
+    if (prev && now - prev.t < 500) continue; // too close to measure
+    state.samples.set(qv.name, { t: now, counts: qv.counts });
+    if (!prev) continue;
+    const dt = (now - prev.t) / 1000;
+    const per = (k) => {
+      const d = qv.counts[k] - prev.counts[k];
+      return d >= 0 ? d / dt : null; // counters restart with the node
+    };
+    state.rates.set(qv.name, { enqueued: per('enqueued'), delivered: per('delivered'), acked: per('acked') });
+  }
+}
+
+function ratesOf(name) { return state.rates.get(name) || {}; }
+
+// dlqWaiting is how many dead letters wait: the most any group of the
+// dead-letter queue has not settled, or every stored one with no group.
+function dlqWaiting(qv) {
+  const d = qv.dlq;
+  if (!d) return 0;
+  if (!d.groups.length) return d.depth;
+  return Math.max(...d.groups.map((g) => g.lag));
+}
+
+function queueLink(name) { return h('a', { href: '#/queues/' + enc(name), class: 'queue-link' }, name); }
+
+// ---- overview ----
+
+async function refreshOverview(gen) {
+  const [list, isReady] = await Promise.all([api('GET', API + 'queues'), ready()]);
+  if (state.cluster === undefined) state.cluster = await cluster();
+  else if (state.cluster) state.cluster = (await cluster()) || state.cluster;
+  if (gen !== state.generation) return;
+  updateRates(list.queues);
+  setNode(list.node, isReady);
+  renderOverview(list);
+}
+
+function renderOverview(list) {
+  const qs = list.queues;
+  const sum = (f) => qs.reduce((n, x) => n + f(x), 0);
+  const consumers = (x) => x.groups.reduce((n, g) => n + g.consumers, 0);
+  const queueRows = qs.map((x) => {
+    const r = ratesOf(x.name);
+    return h('tr', { 'data-queue': x.name },
+      h('td', { class: 'name' }, queueLink(x.name)),
+      h('td', { class: 'num partitions' }, num(x.settings.partitions)),
+      h('td', { class: 'num depth' }, num(x.depth)),
+      h('td', { class: 'num rate-in' }, rate(r.enqueued)),
+      h('td', { class: 'num rate-delivered' }, rate(r.delivered)),
+      h('td', { class: 'num rate-acked' }, rate(r.acked)),
+      h('td', { class: 'num groups' }, num(x.groups.length)),
+      h('td', { class: 'num consumers' }, num(consumers(x))),
+      h('td', { class: 'num lag' }, num(x.groups.reduce((n, g) => Math.max(n, g.lag), 0))),
+      h('td', { class: 'num dlq' + (dlqWaiting(x) ? ' warn' : '') }, num(dlqWaiting(x))));
+  });
+  const groupRows = [];
+  for (const x of qs) {
+    for (const g of x.groups) {
+      groupRows.push(h('tr', { 'data-queue': x.name, 'data-group': g.name },
+        h('td', { class: 'name' }, queueLink(x.name)),
+        h('td', { class: 'group' }, g.name),
+        h('td', { class: 'num consumers' + (g.consumers ? '' : ' muted') }, num(g.consumers)),
+        h('td', { class: 'num lag' }, num(g.lag)),
+        h('td', { class: 'num leased' }, num(g.leased)),
+        h('td', { class: 'num oldest' }, age(g.oldest_unsettled_age_seconds))));
+    }
+  }
+  fill($('#main'),
+    h('section', { class: 'cards', id: 'summary' },
+      card('Queues', num(qs.length)),
+      card('Messages held', num(sum((x) => x.depth))),
+      card('Consumers', num(sum(consumers))),
+      card('Dead letters waiting', num(sum(dlqWaiting)), sum(dlqWaiting) ? 'warn' : '')),
+    h('section', { id: 'queues' },
+      h('h2', null, 'Queues'),
+      table('queues', ['Queue', 'Partitions', 'Depth', 'In /s', 'Delivered /s', 'Acked /s', 'Groups', 'Consumers', 'Max lag', 'Dead letters'],
+        queueRows, 'No queues yet: a publish to $queue/NAME creates one.')),
+    h('section', { id: 'groups' },
+      h('h2', null, 'Consumer groups'),
+      table('groups', ['Queue', 'Group', 'Consumers', 'Lag', 'Leased', 'Oldest unsettled'],
+        groupRows, 'No consumer group yet: a subscription to $share/GROUP/$queue/NAME creates one.')),
+    clusterSection(state.cluster));
+}
+
+// clusterSection is the cluster map; nothing on a single node.
+function clusterSection(c) {
+  if (!c || !Array.isArray(c.nodes)) return null;
+  const parts = Array.isArray(c.partitions) ? c.partitions : [];
+  const owned = new Map();
+  for (const p of parts) owned.set(p.owner, (owned.get(p.owner) || 0) + 1);
+  const max = 500;
+  return h('section', { id: 'cluster' },
+    h('h2', null, 'Cluster'),
+    table('nodes', ['Node', 'State', 'MQTT', 'HTTP', 'Cluster address', 'Partitions owned'],
+      c.nodes.map((n) => h('tr', { 'data-node': n.id },
+        h('td', { class: 'name' }, n.id),
+        h('td', { class: 'node-state ' + (n.state === 'up' ? 'ok' : 'bad') }, n.state),
+        h('td', null, n.mqtt), h('td', null, n.http), h('td', null, n.cluster_addr),
+        h('td', { class: 'num' }, num(owned.get(n.id) || 0))))),
+    h('details', { class: 'partition-map', open: parts.length <= 64 },
+      h('summary', null, 'Partition owners (' + num(parts.length) + ')'),
+      table('owners', ['Queue', 'Partition', 'Owner', 'Epoch', 'Replicas', 'In sync'],
+        parts.slice(0, max).map((p) => h('tr', null,
+          h('td', null, queueLink(p.queue)), h('td', { class: 'num' }, p.partition), h('td', null, p.owner),
+          h('td', { class: 'num' }, num(p.epoch)), h('td', null, (p.replicas || []).join(', ')),
+          h('td', null, (p.in_sync || []).join(', ')))), 'No partition has an owner yet.'),
+      parts.length > max ? h('p', { class: 'muted' }, 'The first ' + max + ' are shown.') : null));
+}
+
+// ---- a queue ----
+
+async function refreshQueue(name, gen) {
+  let qv;
+  let isReady;
+  try {
+    [qv, isReady] = await Promise.all([api('GET', API + 'queues/' + enc(name)), ready()]);
+  } catch (e) {
+    if (e.status !== 404) throw e;
+    if (gen !== state.generation) return;
+    delete $('#main').dataset.view;
+    fill($('#main'), h('p', { class: 'empty', id: 'no-queue' }, 'No queue named ', h('code', null, name), ' on this node. ',
+      h('a', { href: '#/' }, 'Back to the overview')));
+    return;
+  }
+  if (state.cluster === undefined) state.cluster = await cluster();
+  if (gen !== state.generation) return;
+  updateRates([qv]);
+  setNode(qv.node, isReady);
+  const main = $('#main');
+  if (main.dataset.view !== 'queue:' + name) {
+    main.dataset.view = 'queue:' + name;
+    state.dlq = { queue: name, messages: [], selected: new Set(), open: new Set(), views: new Map(), key: '', stale: true, error: null };
+    state.peek = null;
+    fill(main, h('div', { id: 'figures' }), h('section', { id: 'dlq' }), h('section', { id: 'peek' }), h('section', { id: 'settings', class: 'two' }));
+    renderPeek(name);
+  }
+  renderFigures(qv);
+  const d = state.dlq;
+  d.qv = qv;
+  // Read the dead letters again when their figures changed, unless the
+  // operator is in the middle of choosing some. The list is drawn again
+  // only then, so that it stays put while nothing changes.
+  const key = JSON.stringify(qv.dlq && [qv.dlq.partitions, qv.dlq.groups.map((g) => [g.name, g.partitions])]);
+  if (d.stale || (key !== d.key && !d.selected.size && !d.open.size)) {
+    d.key = key;
+    d.stale = false;
+    await loadDLQ(name, qv);
+    if (gen === state.generation) renderDLQ();
+  }
+}
+
+function renderFigures(qv) {
+  const r = ratesOf(qv.name);
+  const owners = new Map();
+  const clustered = state.cluster && Array.isArray(state.cluster.partitions);
+  if (clustered) {
+    for (const p of state.cluster.partitions) if (p.queue === qv.name) owners.set(p.partition, p);
+  }
+  const parts = (qv.partitions || []).map((p) => {
+    const o = owners.get(p.partition);
+    return h('tr', { 'data-partition': p.partition },
+      h('td', { class: 'num' }, p.partition), h('td', { class: 'num' }, p.shard),
+      h('td', { class: 'num first' }, num(p.first)), h('td', { class: 'num next' }, num(p.next)),
+      h('td', { class: 'num committed' }, num(p.committed)), h('td', { class: 'num depth' }, num(p.depth)),
+      clustered ? [h('td', null, o ? o.owner : '—'), h('td', { class: 'num' }, o ? num(o.epoch) : '—'),
+        h('td', null, o ? (o.replicas || []).join(', ') : '—')] : null);
+  });
+  const groups = qv.groups.map((g) => {
+    const open = state.openGroups.has(qv.name + '\x00' + g.name);
+    return [
+      h('tr', { 'data-group': g.name },
+        h('td', { class: 'group' }, g.name),
+        h('td', { class: 'num consumers' + (g.consumers ? '' : ' muted') }, num(g.consumers)),
+        h('td', { class: 'num lag' }, num(g.lag)),
+        h('td', { class: 'num leased' }, num(g.leased)),
+        h('td', { class: 'num oldest' }, age(g.oldest_unsettled_age_seconds)),
+        h('td', { class: 'actions' },
+          h('button', { class: 'link toggle', onclick: () => toggleGroup(qv.name, g.name) }, open ? 'hide partitions' : 'per partition'),
+          ' ',
+          h('button', { class: 'danger small delete-group', onclick: (ev) => deleteGroup(ev.target, qv.name, g.name, g.consumers) }, 'Delete…'))),
+      open ? h('tr', { class: 'detail' }, h('td', { colspan: 6 },
+        table('group-partitions', ['Partition', 'Floor', 'Settled above floor', 'Lag', 'Leased', 'Oldest unsettled'],
+          (g.partitions || []).map((p) => h('tr', { 'data-partition': p.partition },
+            h('td', { class: 'num' }, p.partition), h('td', { class: 'num' }, num(p.floor)),
+            h('td', { class: 'num' }, num(p.settled_above_floor)), h('td', { class: 'num lag' }, num(p.lag)),
+            h('td', { class: 'num leased' }, num(p.leased)), h('td', { class: 'num' }, age(p.oldest_unsettled_age_seconds))))))) : null,
+    ];
+  });
+  const s = qv.settings;
+  const c = qv.counts;
+  fill($('#figures'),
+    h('p', { class: 'crumbs' }, h('a', { href: '#/' }, 'Queues'), ' / '),
+    h('h1', null, h('span', { id: 'queue-name' }, qv.name),
+      h('span', { class: 'badge', title: 'where the settings come from' }, 'settings: ' + (qv.source || 'defaults')),
+      h('span', { class: 'spacer' }),
+      h('button', { id: 'purge-queue', class: 'danger', onclick: (ev) => purgeQueue(ev.target, qv) }, 'Purge queue…')),
+    h('section', { class: 'cards', id: 'summary' },
+      card('Depth', num(qv.depth)),
+      card('In /s', rate(r.enqueued)), card('Delivered /s', rate(r.delivered)), card('Acked /s', rate(r.acked)),
+      card('Leases held', num(qv.groups.reduce((n, g) => n + g.leased, 0))),
+      card('Dead letters waiting', num(dlqWaiting(qv)), dlqWaiting(qv) ? 'warn' : '')),
+    h('section', { id: 'groups' },
+      h('h2', null, 'Consumer groups'),
+      table('groups', ['Group', 'Consumers', 'Lag', 'Leased', 'Oldest unsettled', ''], groups,
+        'No consumer group yet: a subscription to $share/GROUP/$queue/' + qv.name + ' creates one.')),
+    h('section', { id: 'partitions' },
+      h('h2', null, 'Partitions'),
+      table('partitions', ['Partition', 'Shard', 'First', 'Next', 'Committed', 'Depth'].concat(clustered ? ['Owner', 'Epoch', 'Replicas'] : []), parts)));
+  fill($('#settings'),
+    h('div', null, h('h2', null, 'Settings'),
+      h('dl', { class: 'kv' }, Object.entries(s).map(([k, v]) => [h('dt', null, k), h('dd', null, String(v))]))),
+    h('div', null, h('h2', null, 'Totals since the node started'),
+      h('dl', { class: 'kv' }, Object.entries(c).map(([k, v]) => [h('dt', null, k.replace(/_/g, ' ')), h('dd', null, num(v))]))));
+}
+
+function toggleGroup(queue, group) {
+  const k = queue + '\x00' + group;
+  if (state.openGroups.has(k)) state.openGroups.delete(k);
+  else state.openGroups.add(k);
+  refresh();
+}
+
+function deleteGroup(button, queue, group, consumers) {
+  act(button, 'Delete group ' + group + '?',
+    'The group ' + group + ' of ' + queue + ' and its positions are deleted; a consumer that subscribes again starts at the oldest message.' +
+    (consumers ? ' It has ' + plural(consumers, 'consumer') + ' connected: the node refuses while they are.' : ''),
+    'Delete group',
+    () => api('DELETE', API + 'queues/' + enc(queue) + '/groups/' + enc(group)),
+    (res) => 'Deleted group ' + res.group + ' of ' + res.queue + '.');
+}
+
+function purgeQueue(button, qv) {
+  act(button, 'Purge ' + qv.name + '?',
+    'Every message of ' + qv.name + ' (' + plural(qv.depth, 'message') + ') is deleted for every group, leased ones included. This cannot be undone.',
+    'Purge queue',
+    () => api('POST', API + 'queues/' + enc(qv.name) + '/purge'),
+    (res) => 'Purged ' + plural(res.purged, 'message') + ' from ' + res.queue + '.');
+}
+
+// ---- dead letters ----
+
+function floorOf(g, partition) {
+  const p = (g.partitions || []).find((x) => x.partition === partition);
+  return p ? p.floor : 0;
+}
+
+// loadDLQ reads the dead letters of each partition from the lowest floor
+// of the dead-letter queue's groups: those below it are settled.
+async function loadDLQ(name, qv) {
+  const d = state.dlq;
+  const view = qv.dlq;
+  if (!view) {
+    d.messages = [];
+    return;
+  }
+  const reads = [];
+  for (const p of view.partitions || []) {
+    if (!p.depth) continue;
+    let from = p.first;
+    if (view.groups.length) from = Math.max(from, Math.min(...view.groups.map((g) => floorOf(g, p.partition))));
+    if (from >= p.committed) continue;
+    reads.push(api('GET', API + 'queues/' + enc(name) + '/dlq/messages?partition=' + p.partition + '&from=' + from + '&limit=' + PEEK_LIMIT)
+      .then((list) => ({ p, list })));
+  }
+  try {
+    const got = await Promise.all(reads);
+    d.more = got.filter((x) => x.list.messages.length === PEEK_LIMIT).map((x) => x.p.partition);
+    d.messages = got.flatMap((x) => x.list.messages).sort((a, b) =>
+      a.enqueued_at < b.enqueued_at ? -1 : a.enqueued_at > b.enqueued_at ? 1 : a.partition - b.partition || a.offset - b.offset);
+    d.error = null;
+    const ids = new Set(d.messages.map((m) => m.msg_id));
+    for (const id of d.selected) if (!ids.has(id)) d.selected.delete(id);
+  } catch (e) {
+    d.error = e;
+  }
+}
+
+// letterState says whether a dead letter still waits.
+function letterState(queue, view, m) {
+  if (state.replayed.has(queue + '\x00' + m.msg_id)) return 'replayed';
+  if (view && view.groups.length && view.groups.every((g) => m.offset < floorOf(g, m.partition))) return 'settled';
+  return 'waiting';
+}
+
+function renderDLQ() {
+  const d = state.dlq;
+  const qv = d.qv;
+  const view = qv.dlq;
+  const waiting = dlqWaiting(qv);
+  const rows = [];
+  for (const m of d.messages) {
+    const st = letterState(qv.name, view, m);
+    const dl = m.dead_letter || {};
+    const open = d.open.has(m.msg_id);
+    rows.push(h('tr', { 'data-msg-id': m.msg_id, class: 'letter ' + st + (open ? ' open' : '') },
+      h('td', { class: 'check' }, h('input', {
+        type: 'checkbox', class: 'select', 'aria-label': 'select ' + m.msg_id, disabled: st !== 'waiting', checked: d.selected.has(m.msg_id),
+        onchange: (ev) => { if (ev.target.checked) d.selected.add(m.msg_id); else d.selected.delete(m.msg_id); renderDLQ(); },
+      })),
+      h('td', { class: 'id' }, m.msg_id),
+      h('td', { class: 'reason' }, dl.reason || '—'),
+      h('td', { class: 'origin' }, dl.original_msg_id || '—', dl.original_topic ? h('div', { class: 'muted small' }, dl.original_topic) : null),
+      h('td', { class: 'num' }, num(dl.original_delivery_count)),
+      h('td', { class: 'group' }, dl.group || '—'),
+      h('td', { class: 'key' }, m.key || '—'),
+      h('td', { class: 'when' }, when(m.enqueued_at)),
+      h('td', { class: 'payload' }, preview(m), ' ',
+        h('button', { class: 'link show', onclick: () => { if (open) d.open.delete(m.msg_id); else d.open.add(m.msg_id); renderDLQ(); } }, open ? 'less' : 'more')),
+      h('td', { class: 'state' }, st)));
+    if (open) rows.push(h('tr', { class: 'detail', 'data-detail-of': m.msg_id }, h('td', { colspan: 10 }, messageDetail(m, d.views, renderDLQ))));
+  }
+  const selectable = d.messages.filter((m) => letterState(qv.name, view, m) === 'waiting');
+  const all = selectable.length > 0 && selectable.every((m) => d.selected.has(m.msg_id));
+  const n = d.selected.size;
+  fill($('#dlq'),
+    h('h2', null, 'Dead letters'),
+    h('p', { class: 'muted', id: 'dlq-summary' },
+      plural(waiting, 'dead letter') + ' waiting in ' + qv.name + '/$dlq, ' + num(view ? view.depth : 0) + ' stored.' +
+      (d.more && d.more.length ? ' Only the oldest ' + PEEK_LIMIT + ' of partition ' + d.more.join(', ') + ' are shown.' : '')),
+    h('div', { class: 'toolbar' },
+      h('button', { id: 'dlq-refresh', onclick: () => { d.stale = true; refresh(); } }, 'Refresh'),
+      h('button', { id: 'replay-selected', disabled: n === 0, onclick: (ev) => replay(ev.target, qv.name, [...d.selected]) },
+        'Replay selected' + (n ? ' (' + n + ')' : '') + '…'),
+      h('button', { id: 'replay-all', disabled: waiting === 0, onclick: (ev) => replay(ev.target, qv.name, null, waiting) }, 'Replay all…'),
+      h('button', { id: 'purge-dlq', class: 'danger', disabled: !view || view.depth === 0, onclick: (ev) => purgeDLQ(ev.target, qv) }, 'Purge dead letters…')),
+    d.error ? h('p', { class: 'error', role: 'alert' }, 'Reading the dead letters failed: ' + d.error.message) : null,
+    table('letters', [
+      h('input', { type: 'checkbox', id: 'select-all', 'aria-label': 'select every waiting dead letter', checked: all, disabled: !selectable.length,
+        onchange: (ev) => { for (const m of selectable) { if (ev.target.checked) d.selected.add(m.msg_id); else d.selected.delete(m.msg_id); } renderDLQ(); } }),
+      'msg-id', 'Reason', 'Original', 'Deliveries', 'Group', 'Key', 'Enqueued', 'Payload', 'State'], rows, 'No dead letters.'));
+}
+
+// preview is a short view of a payload: text, or hex for binary.
+function preview(m) {
+  const bytes = bytesOf(m.payload);
+  const text = textOf(bytes);
+  if (!bytes.length) return h('span', { class: 'muted' }, 'empty');
+  if (text !== null) {
+    const short = text.length > PREVIEW_CHARS ? text.slice(0, PREVIEW_CHARS) + '…' : text;
+    return h('span', { class: 'text-preview' }, short);
+  }
+  return h('span', { class: 'hex-preview' }, h('span', { class: 'badge' }, 'binary ' + num(bytes.length) + ' B'), ' ', hexOf(bytes, PREVIEW_BYTES));
+}
+
+function messageDetail(m, views, rerender) {
+  const bytes = bytesOf(m.payload);
+  const text = textOf(bytes);
+  const mode = views.get(m.msg_id) || (text === null ? 'hex' : 'text');
+  const dl = m.dead_letter;
+  const props = [
+    ['topic', m.topic], ['key', m.key], ['partition / offset', m.partition + ' / ' + m.offset], ['enqueued', when(m.enqueued_at)],
+    m.not_before ? ['not before', when(m.not_before)] : null, m.expires_at ? ['expires', when(m.expires_at)] : null,
+    m.content_type ? ['content type', m.content_type] : null, m.response_topic ? ['response topic', m.response_topic] : null,
+    m.correlation_data ? ['correlation data', hexOf(bytesOf(m.correlation_data), 64)] : null,
+  ].filter(Boolean);
+  for (const u of m.user_properties || []) props.push(['property ' + u.name, u.value]);
+  if (dl) {
+    props.push(['dead-letter reason', dl.reason], ['original msg-id', dl.original_msg_id], ['original topic', dl.original_topic],
+      ['original delivery count', String(dl.original_delivery_count)]);
+    if (dl.group) props.push(['dead-lettered by group', dl.group]);
+  }
+  const setMode = (x) => { views.set(m.msg_id, x); rerender(); };
+  return h('div', { class: 'message-detail' },
+    h('dl', { class: 'kv props' }, props.map(([k, v]) => [h('dt', null, k), h('dd', null, v)])),
+    h('div', { class: 'payload-view' },
+      h('div', { class: 'tabs' },
+        h('button', { class: 'tab' + (mode === 'text' ? ' on' : ''), disabled: text === null, onclick: () => setMode('text') }, 'Text'),
+        h('button', { class: 'tab' + (mode === 'hex' ? ' on' : ''), onclick: () => setMode('hex') }, 'Hex'),
+        h('span', { class: 'muted' }, ' ' + plural(bytes.length, 'byte'))),
+      h('pre', { class: 'payload-' + mode }, mode === 'text' ? text : hexDump(bytes))));
+}
+
+function replay(button, queue, ids, waiting) {
+  const n = ids ? ids.length : waiting;
+  act(button, ids ? 'Replay ' + plural(n, 'dead letter') + '?' : 'Replay every dead letter?',
+    (ids ? 'The dead letters ' + ids.join(', ') : 'Every dead letter waiting in ' + queue + '/$dlq (' + num(n) + ')') +
+    ' go back into ' + queue + ' as new messages, delivered to the group that dead-lettered each.',
+    'Replay',
+    () => api('POST', API + 'queues/' + enc(queue) + '/dlq/replay', ids ? { ids } : undefined),
+    (res) => {
+      for (const x of res.messages) state.replayed.add(queue + '\x00' + x.dlq_msg_id);
+      if (state.dlq) state.dlq.selected.clear();
+      return 'Replayed ' + plural(res.replayed, 'dead letter') + ' into ' + res.queue + ': ' +
+        res.messages.map((x) => x.dlq_msg_id + ' → ' + x.msg_id).join(', ') + '.';
+    });
+}
+
+function purgeDLQ(button, qv) {
+  act(button, 'Purge the dead letters of ' + qv.name + '?',
+    'Every dead letter of ' + qv.name + ' (' + plural(qv.dlq ? qv.dlq.depth : 0, 'message') + ' stored) is deleted. This cannot be undone.',
+    'Purge dead letters',
+    () => api('POST', API + 'queues/' + enc(qv.name) + '/dlq/purge'),
+    (res) => 'Purged ' + plural(res.purged, 'dead letter') + ' of ' + qv.name + '.');
+}
+
+// ---- peeking at a queue's messages ----
+
+async function peek(name) {
+  state.peek = { queue: name, messages: [], open: new Set(), views: new Map(), error: null };
+  try {
+    state.peek.messages = (await api('GET', API + 'queues/' + enc(name) + '/messages?limit=20')).messages;
+  } catch (e) {
+    state.peek.error = e;
+  }
+  renderPeek(name);
+}
+
+function renderPeek(name) {
+  const p = state.peek;
+  const el = $('#peek');
+  if (!el) return;
+  if (!p || p.queue !== name) {
+    fill(el, h('h2', null, 'Messages'),
+      h('p', null, h('button', { id: 'peek-open', onclick: () => peek(name) }, 'Peek at the oldest messages'),
+        h('span', { class: 'muted' }, ' Nothing is delivered or settled.')));
+    return;
+  }
+  const rows = [];
+  for (const m of p.messages) {
+    const open = p.open.has(m.msg_id);
+    rows.push(h('tr', { 'data-msg-id': m.msg_id },
+      h('td', { class: 'id' }, m.msg_id), h('td', { class: 'key' }, m.key || '—'), h('td', null, m.topic),
+      h('td', { class: 'when' }, when(m.enqueued_at)),
+      h('td', { class: 'payload' }, preview(m), ' ',
+        h('button', { class: 'link show', onclick: () => { if (open) p.open.delete(m.msg_id); else p.open.add(m.msg_id); renderPeek(name); } }, open ? 'less' : 'more'))));
+    if (open) rows.push(h('tr', { class: 'detail' }, h('td', { colspan: 5 }, messageDetail(m, p.views, () => renderPeek(name)))));
+  }
+  fill(el, h('h2', null, 'Messages'),
+    h('p', null, h('button', { id: 'peek-again', onclick: () => peek(name) }, 'Peek again'),
+      h('button', { class: 'link', onclick: () => { state.peek = null; renderPeek(name); } }, 'close'),
+      h('span', { class: 'muted' }, ' The oldest stored messages; nothing is delivered or settled.')),
+    p.error ? h('p', { class: 'error', role: 'alert' }, 'Peeking failed: ' + p.error.message) : null,
+    table('messages', ['msg-id', 'Key', 'Topic', 'Enqueued', 'Payload'], rows, 'No messages.'));
+}
+
+// ---- start ----
+
+function navigate() {
+  const main = $('#main');
+  delete main.dataset.view;
+  state.dlq = null;
+  state.peek = null;
+  fill(main, h('p', { class: 'muted' }, 'Loading…'));
+  refresh();
+}
+
+document.addEventListener('DOMContentLoaded', async () => {
+  $('#login-form').addEventListener('submit', login);
+  window.addEventListener('hashchange', navigate);
+  await loadAuth();
+  navigate();
+});

@@ -1,0 +1,359 @@
+package console_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/shardq/shardq/broker"
+	"github.com/shardq/shardq/console"
+)
+
+// The console in a real browser: a real node, real MQTT clients filling its
+// queues and dead-letter queues, and headless Chromium driven over the
+// DevTools protocol, reading what the pages show and clicking their buttons.
+// Screenshots go to $SHARDQ_SCREENSHOTS (default testdata/screenshots).
+
+// xssPayload would run script if the console put a payload into the page as
+// HTML.
+const xssPayload = `<img src=x onerror="window.__shardqXSS=1"><script>window.__shardqXSS=2</script>`
+
+var binaryPayload = []byte{0x00, 0x01, 0xfe, 0xff, 'A'}
+
+func TestConsoleBrowser(t *testing.T) {
+	chromium(t)
+	// Each case has a browser of its own, closed before its node stops: a
+	// connection the browser opened ahead of need, and never used, would
+	// hold the node's HTTP shutdown for 5 s.
+	t.Run("no token", func(t *testing.T) {
+		n := startNode(t, "")
+		seedOrders(t, n)
+		p := newTab(t, newBrowser(t), n.base, n)
+		p.overview()
+		p.queuePage()
+		p.replaySelected()
+	})
+	t.Run("admin token", func(t *testing.T) {
+		const token = "console-test-token"
+		n := startNode(t, token)
+		seedJobs(t, n)
+		p := newTab(t, newBrowser(t), n.base, n)
+		p.tokenRequired(token)
+	})
+	// No node has /api/v1/cluster yet: the cluster map is checked against
+	// a stand-in for a clustered node's admin API.
+	t.Run("cluster map", func(t *testing.T) {
+		srv := httptest.NewServer(clusteredNode(""))
+		t.Cleanup(srv.Close)
+		p := newTab(t, newBrowser(t), srv.URL, nil)
+		p.clusterMap()
+	})
+	// SPEC section 9 has every /api/v1/ call need the token once one is
+	// set, reads included: the console asks for it before it shows anything.
+	t.Run("reads need the token", func(t *testing.T) {
+		srv := httptest.NewServer(clusteredNode("read-token"))
+		t.Cleanup(srv.Close)
+		p := newTab(t, newBrowser(t), srv.URL, nil)
+		p.waitFor("the login", `!document.getElementById("login").hidden`)
+		p.waitContains("#need-login", "Log in with the admin token")
+		p.do("typing the token", chromedp.SendKeys(chromedp.CSS("#login-token"), "read-token"))
+		p.click("#login-submit")
+		p.waitText(`#queues tr[data-queue="orders"] td.depth`, "5")
+		p.waitText(`#cluster tr[data-node="node-1"] td.node-state`, "up")
+	})
+}
+
+// seedOrders fills the node: telemetry with 12 messages and no group;
+// orders with 6 messages, of which the group billing acks one, rejects two
+// (the HTML payload and the binary one: dead letters) and holds three. The
+// group audit, with no consumer left, keeps all six stored.
+func seedOrders(t *testing.T, n *node) {
+	audit := dial(t, n, "audit-1")
+	audit.consume("$share/audit/$queue/orders")
+	_ = audit.c.Disconnect(&paho.Disconnect{})
+	prod := dial(t, n, "producer")
+	for i := range 12 {
+		prod.publish("$queue/telemetry/dev-"+fmt.Sprint(i%3), []byte(fmt.Sprintf(`{"reading":%d}`, i)))
+	}
+	prod.publish("$queue/orders", []byte(`{"order":1}`), "key", "order-1")
+	prod.publish("$queue/orders", []byte(`{"order":2}`), "key", "order-2")
+	prod.publish("$queue/orders", []byte(xssPayload), "key", "<b>order-3</b>", "note", "<script>window.__shardqXSS=3</script>")
+	prod.publish("$queue/orders", binaryPayload, "key", "order-4")
+	prod.publish("$queue/orders", []byte(`{"order":5}`), "key", "order-5")
+	prod.publish("$queue/orders", []byte(`{"order":6}`), "key", "order-6")
+
+	billing := dial(t, n, "billing-1")
+	billing.consume("$share/billing/$queue/orders/#")
+	got := billing.take(6)
+	billing.settle("orders", "ack", "billing", got[`{"order":1}`])
+	billing.settle("orders", "reject", "billing", got[xssPayload])
+	billing.settle("orders", "reject", "billing", got[string(binaryPayload)])
+	waitUntil(t, "two dead letters and a lag of 3", func() bool {
+		v := n.queue(t, "orders")
+		return waiting(v) == 2 && groupOf(v, "billing").Lag == 3
+	})
+}
+
+// seedJobs leaves one dead letter in jobs.
+func seedJobs(t *testing.T, n *node) {
+	prod := dial(t, n, "producer")
+	prod.publish("$queue/jobs", []byte("resize photo 17"))
+	workers := dial(t, n, "worker-1")
+	workers.consume("$share/workers/$queue/jobs")
+	workers.settle("jobs", "reject", "workers", workers.take(1)["resize photo 17"])
+	waitUntil(t, "a dead letter in jobs", func() bool { return waiting(n.queue(t, "jobs")) == 1 })
+}
+
+// ---- what the pages show ----
+
+func (p *tab) overview() {
+	p.t.Helper()
+	p.waitFor("the redirect to /ui/", `location.pathname === "/ui/"`)
+	p.waitText(`#queues tr[data-queue="orders"] td.depth`, "6")
+	p.waitText(`#queues tr[data-queue="telemetry"] td.depth`, "12")
+	p.waitText(`#queues tr[data-queue="orders"] td.dlq`, "2")
+	p.waitText(`#queues tr[data-queue="orders"] td.consumers`, "1")
+	p.waitText(`#groups tr[data-queue="orders"][data-group="billing"] td.lag`, "3")
+	p.waitText(`#groups tr[data-queue="orders"][data-group="billing"] td.leased`, "3")
+	p.waitText("#node", "node console-test")
+	p.waitText("#ready", "ready")
+	// Rates need two polls of the counters.
+	p.waitFor("a rate", `/^[0-9]/.test(document.querySelector('#queues tr[data-queue="orders"] td.rate-in').textContent)`)
+	if !eval[bool](p, `document.getElementById("login").hidden`) {
+		p.t.Error("the login shows on a node without an admin token")
+	}
+	if got := p.text("#session"); got != "no admin token" {
+		p.t.Errorf("session shows %q", got)
+	}
+	if eval[bool](p, `document.getElementById("cluster") !== null`) {
+		p.t.Error("a cluster section on a single node")
+	}
+	p.screenshot("overview")
+}
+
+func (p *tab) queuePage() {
+	p.t.Helper()
+	p.click(`#queues tr[data-queue="orders"] a.queue-link`)
+	p.waitText("#queue-name", "orders")
+	p.waitFor("4 partitions", `document.querySelectorAll("table.partitions tbody tr").length === 4`)
+	p.waitText(`table.groups tr[data-group="billing"] td.lag`, "3")
+	p.waitText(`table.groups tr[data-group="billing"] td.consumers`, "1")
+	p.waitText(`table.groups tr[data-group="billing"] td.leased`, "3")
+	p.waitFor("two dead letters", `document.querySelectorAll("#dlq tr.letter.waiting").length === 2`)
+	p.waitContains("#dlq-summary", "2 dead letters waiting")
+
+	// The HTML payload is shown as text: no element comes of it.
+	p.waitFor("the HTML payload as text", `[...document.querySelectorAll("#dlq .text-preview")].some((e) => e.textContent === `+js(xssPayload)+`)`)
+	if n := eval[int](p, `document.querySelectorAll("#main img, #main script").length`); n != 0 {
+		p.t.Errorf("%d img or script elements in the page: a payload was taken as HTML", n)
+	}
+	if !eval[bool](p, `[...document.querySelectorAll("#dlq td.key")].some((e) => e.textContent === "<b>order-3</b>")`) {
+		p.t.Error("the key <b>order-3</b> is not shown as text")
+	}
+	// The binary payload is shown as hex, and in full with "more".
+	p.waitContains("#dlq .hex-preview", "00 01 fe ff 41")
+	bin := eval[string](p, `[...document.querySelectorAll("#dlq tr.letter")].find((r) => r.querySelector(".hex-preview")).dataset.msgId`)
+	p.click(`#dlq tr[data-msg-id="` + bin + `"] button.show`)
+	p.waitContains(`#dlq tr[data-detail-of="`+bin+`"] pre.payload-hex`, "00000000  00 01 fe ff 41")
+	p.waitContains(`#dlq tr[data-detail-of="`+bin+`"] pre.payload-hex`, "|....A|")
+	p.waitContains(`#dlq tr[data-detail-of="`+bin+`"] .props`, "rejected")
+	p.click(`#dlq tr[data-msg-id="` + bin + `"] button.show`)
+	html := eval[string](p, `[...document.querySelectorAll("#dlq tr.letter")].find((r) => r.querySelector(".text-preview")).dataset.msgId`)
+	p.click(`#dlq tr[data-msg-id="` + html + `"] button.show`)
+	p.waitContains(`#dlq tr[data-detail-of="`+html+`"] pre.payload-text`, xssPayload)
+	p.waitContains(`#dlq tr[data-detail-of="`+html+`"] .props`, "<script>window.__shardqXSS=3</script>")
+	if n := eval[int](p, `document.querySelectorAll("#main img, #main script").length`); n != 0 {
+		p.t.Errorf("%d img or script elements in the page: a payload or property was taken as HTML", n)
+	}
+	if eval[bool](p, `window.__shardqXSS !== undefined`) {
+		p.t.Error("a payload's script ran")
+	}
+	p.screenshot("queue")
+	p.click(`#dlq tr[data-msg-id="` + html + `"] button.show`)
+
+	// A group's position per partition, and a peek at the queue.
+	p.click(`table.groups tr[data-group="billing"] button.toggle`)
+	p.waitFor("billing per partition", `document.querySelectorAll("table.group-partitions tbody tr").length === 4`)
+	p.click(`table.groups tr[data-group="billing"] button.toggle`)
+	p.click("#peek-open")
+	p.waitFor("the peeked messages", `document.querySelectorAll("table.messages tbody tr").length === 6`)
+	p.waitContains("table.messages", `{"order":2}`)
+}
+
+// replaySelected replays the HTML payload's dead letter with the console and
+// checks through the admin API that it went back into the queue.
+func (p *tab) replaySelected() {
+	p.t.Helper()
+	n := p.node
+	id := eval[string](p, `[...document.querySelectorAll("#dlq tr.letter")].find((r) => r.querySelector(".text-preview")).dataset.msgId`)
+	p.click(`#dlq tr[data-msg-id="` + id + `"] input.select`)
+	p.waitText("#replay-selected", "Replay selected (1)…")
+
+	// Cancelled: nothing happens.
+	p.click("#replay-selected")
+	p.confirm(false, id)
+	time.Sleep(300 * time.Millisecond)
+	if v := n.queue(p.t, "orders"); waiting(v) != 2 || v.Counts.Enqueued != 6 {
+		p.t.Fatalf("after a cancelled replay: %d dead letters waiting, %d enqueued", waiting(v), v.Counts.Enqueued)
+	}
+
+	p.click("#replay-selected")
+	p.confirm(true, id)
+	p.waitNotice(`^Replayed 1 dead letter into orders: ` + id + ` → \d+-\d+\.`)
+	v := n.queue(p.t, "orders")
+	if waiting(v) != 1 || v.Counts.Enqueued != 7 {
+		p.t.Errorf("after the replay: %d dead letters waiting, %d enqueued; want 1 and 7", waiting(v), v.Counts.Enqueued)
+	}
+	copies := 0
+	for _, m := range n.messages(p.t, "orders") {
+		if string(m.Payload) == xssPayload {
+			copies++
+		}
+	}
+	if copies != 2 {
+		p.t.Errorf("orders holds %d messages with the replayed payload, want 2 (the original and its copy)", copies)
+	}
+	// The group that dead-lettered it has it again, and the page follows.
+	p.waitText(`table.groups tr[data-group="billing"] td.lag`, "4")
+	p.waitContains("#dlq-summary", "1 dead letter waiting")
+	p.waitFor("the replayed letter gone or marked", `((r) => r === null || r.classList.contains("replayed") || r.classList.contains("settled"))(document.querySelector('#dlq tr[data-msg-id="`+id+`"]'))`)
+	p.screenshot("replayed")
+
+	// Deleting a group: refused while it has consumers, done when it has none.
+	p.clearNotice()
+	p.click(`table.groups tr[data-group="billing"] button.delete-group`)
+	p.confirm(true, "billing")
+	p.waitNotice(`has consumers connected`)
+	p.clearNotice()
+	p.click(`table.groups tr[data-group="audit"] button.delete-group`)
+	p.confirm(true, "audit")
+	p.waitNotice(`^Deleted group audit of orders\.`)
+	p.waitFor("audit gone", `document.querySelector('table.groups tr[data-group="audit"]') === null`)
+	if g := groupOf(n.queue(p.t, "orders"), "audit"); g.Name != "" {
+		p.t.Error("the group audit is still there")
+	}
+}
+
+// tokenRequired checks that, with an admin token, changes fail until the
+// operator logs in, a wrong token is reported, and the right one works.
+func (p *tab) tokenRequired(token string) {
+	p.t.Helper()
+	n := p.node
+	p.waitFor("the login", `!document.getElementById("login").hidden`)
+	p.waitContains("#session", "Log in")
+	p.do("opening jobs", chromedp.Navigate(n.base+"/ui/#/queues/jobs"))
+	p.waitText("#queue-name", "jobs")
+	p.waitFor("the dead letter", `document.querySelectorAll("#dlq tr.letter.waiting").length === 1`)
+
+	// Without a token the node refuses and the page says why.
+	p.click("#replay-all")
+	p.confirm(true, "jobs")
+	p.waitNotice(`^Refused: this node needs the admin token for changes \(missing bearer token`)
+	p.clearNotice()
+	p.click("#purge-dlq")
+	p.confirm(true, "cannot be undone")
+	p.waitNotice(`^Refused: this node needs the admin token`)
+	if v := n.queue(p.t, "jobs"); waiting(v) != 1 || v.DLQ.Depth != 1 || v.Counts.Enqueued != 1 {
+		p.t.Fatalf("without a token: %d dead letters waiting, %d stored, %d enqueued; want nothing changed", waiting(v), v.DLQ.Depth, v.Counts.Enqueued)
+	}
+
+	// A wrong token is refused at login and not kept.
+	p.do("typing a wrong token", chromedp.SendKeys(chromedp.CSS("#login-token"), "not-the-token"))
+	p.click("#login-submit")
+	p.waitContains("#login-error", "Wrong token")
+	if eval[bool](p, `sessionStorage.length !== 0`) {
+		p.t.Error("a wrong token was kept")
+	}
+	p.screenshot("login")
+
+	eval[bool](p, `(document.getElementById("login-token").value = "") === ""`)
+	p.do("typing the token", chromedp.SendKeys(chromedp.CSS("#login-token"), token))
+	p.click("#login-submit")
+	p.waitContains("#session", "logged in")
+	if !eval[bool](p, `document.getElementById("login").hidden`) {
+		p.t.Error("the login still shows after logging in")
+	}
+	if got := eval[string](p, `sessionStorage.getItem("shardq.admin_token")`); got != token {
+		p.t.Errorf("sessionStorage holds %q", got)
+	}
+	p.clearNotice()
+	p.click("#replay-all")
+	p.confirm(true, "jobs")
+	p.waitNotice(`^Replayed 1 dead letter into jobs`)
+	if v := n.queue(p.t, "jobs"); waiting(v) != 0 || v.Counts.Enqueued != 2 {
+		p.t.Errorf("after the replay: %d dead letters waiting, %d enqueued; want 0 and 2", waiting(v), v.Counts.Enqueued)
+	}
+	// The replayed message is back in jobs, leased by the worker; the
+	// purge deletes it (and the original, if retention has not yet).
+	p.clearNotice()
+	p.click("#purge-queue")
+	p.confirm(true, "cannot be undone")
+	p.waitNotice(`^Purged [12] messages? from jobs`)
+	if v := n.queue(p.t, "jobs"); v.Depth != 0 {
+		p.t.Errorf("after the purge: jobs holds %d messages", v.Depth)
+	}
+}
+
+// clusteredNode serves the console and the reads of a clustered node's
+// admin API, with the cluster document of SPEC section 7; with a token,
+// every read needs it.
+func clusteredNode(token string) http.Handler {
+	orders := broker.QueueView{Node: "node-1", Name: "orders", Settings: broker.Settings{Partitions: 2}, Depth: 5,
+		Groups:     []broker.GroupView{{Name: "billing", Consumers: 2, Lag: 1}},
+		Partitions: []broker.PartitionView{{Partition: 0, Next: 3, Committed: 3, Depth: 3}, {Partition: 1, Next: 2, Committed: 2, Depth: 2}}}
+	list := broker.QueueList{Node: "node-1", Queues: []broker.QueueView{orders}}
+	list.Queues[0].Partitions = nil
+	const cluster = `{
+	  "nodes": [
+	    {"id": "node-1", "mqtt": "127.0.0.1:11883", "http": "127.0.0.1:11990", "cluster_addr": "127.0.0.1:11400", "state": "up"},
+	    {"id": "node-2", "mqtt": "127.0.0.1:12883", "http": "127.0.0.1:12990", "cluster_addr": "127.0.0.1:12400", "state": "up"},
+	    {"id": "node-3", "mqtt": "127.0.0.1:13883", "http": "127.0.0.1:13990", "cluster_addr": "127.0.0.1:13400", "state": "down"}
+	  ],
+	  "partitions": [
+	    {"queue": "orders", "partition": 0, "owner": "node-1", "epoch": 4, "replicas": ["node-1", "node-2", "node-3"], "in_sync": ["node-1", "node-2"]},
+	    {"queue": "orders", "partition": 1, "owner": "node-2", "epoch": 7, "replicas": ["node-2", "node-1", "node-3"], "in_sync": ["node-2", "node-1"]}
+	  ]
+	}`
+	reply := func(v any) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(`{"error": "missing bearer token"}`))
+				return
+			}
+			if s, ok := v.(string); ok {
+				_, _ = w.Write([]byte(s))
+				return
+			}
+			_ = json.NewEncoder(w).Encode(v)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle(console.Prefix, console.New(console.Options{Token: token}))
+	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ready\n")) })
+	mux.HandleFunc("GET /api/v1/queues", reply(list))
+	mux.HandleFunc("GET /api/v1/queues/orders", reply(orders))
+	mux.HandleFunc("GET /api/v1/queues/orders/dlq/messages", reply(broker.MessageList{Messages: []broker.MessageView{}}))
+	mux.HandleFunc("GET /api/v1/cluster", reply(cluster))
+	return mux
+}
+
+func (p *tab) clusterMap() {
+	p.t.Helper()
+	p.waitText(`#cluster tr[data-node="node-3"] td.node-state`, "down")
+	p.waitText(`#cluster tr[data-node="node-1"] td.node-state`, "up")
+	p.waitContains(`#cluster table.owners`, "node-2, node-1, node-3")
+	p.waitText(`#cluster tr[data-node="node-2"] td.num`, "1")
+	p.screenshot("cluster")
+	p.do("opening orders", chromedp.Navigate(p.base+"/ui/#/queues/orders"))
+	p.waitText("#queue-name", "orders")
+	p.waitContains("table.partitions thead", "Owner")
+	p.waitContains(`table.partitions tr[data-partition="1"]`, "node-2")
+}
