@@ -238,6 +238,11 @@ func (h *accessHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool 
 		return true
 	}
 	h.b.sec.denied(auth.Publish)
+	if cl.Properties.ProtocolVersion != 5 {
+		// MQTT 3.1.1 has no negative PUBACK: the client is disconnected
+		// (mochi's DISCONNECT leaves the connection to the client).
+		cl.Stop(packets.ErrNotAuthorized)
+	}
 	return false
 }
 

@@ -27,6 +27,7 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"group"}, []string{"usage: shardq group <subcommand>", "delete QUEUE GROUP"}},
 		{[]string{"dlq", "replay"}, []string{"usage: shardq dlq replay QUEUE", "--id MSGID"}},
 		{[]string{"migrate-shards"}, []string{"usage: shardq migrate-shards", "--data-dir DIR", "--verify MODE"}},
+		{[]string{"passwd"}, []string{"usage: shardq passwd USER", "--cost N"}},
 	}
 	for _, c := range commands {
 		forms := [][]string{
