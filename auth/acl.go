@@ -79,6 +79,32 @@ type rule struct {
 	name  *glob         // produce, consume, admin
 	group *glob         // consume; nil for every group
 	all   bool          // admin with the pattern "*"
+	// prefix is text every resource the rule matches starts with: the
+	// literal first level of a topic pattern (with the / after it when
+	// more levels follow, none for a last #), or the literal start of a
+	// glob. It rejects most rules at the first bytes.
+	prefix string
+}
+
+// quickPrefix returns the prefix of a rule (see rule.prefix).
+func (r *rule) quickPrefix() string {
+	if r.topic != nil {
+		l := r.topic.levels[0]
+		if l.kind != levelLiteral || l.parts != nil {
+			return ""
+		}
+		if len(r.topic.levels) > 1 && r.topic.levels[1].kind != levelHash {
+			return l.text + "/"
+		}
+		return l.text
+	}
+	if r.name != nil && r.name.parts == nil {
+		if i := strings.IndexAny(r.name.text, "*?"); i >= 0 {
+			return r.name.text[:i]
+		}
+		return r.name.text
+	}
+	return ""
 }
 
 // Compile checks and compiles rules. Every invalid field is reported, as a
@@ -153,6 +179,7 @@ func Compile(rules []Rule) (*ACL, error) {
 			}
 		}
 		if len(errs) == bad {
+			c.prefix = c.quickPrefix()
 			out = append(out, compiled{c, r.User, ai})
 		}
 	}
@@ -257,7 +284,11 @@ func (a *ACL) Allowed(c Client, action Action, resource, group string) bool {
 		resource = stripShare(resource)
 	}
 	w := who{user: c.User, client: c.ClientID}
+	wild := wildStart(action, resource)
 	for _, r := range rules {
+		if !r.mayApply(resource, wild) {
+			continue
+		}
 		if applies, ok := r.applies(action, resource, group, w); applies || !ok && !r.allow {
 			// A deny rule whose placeholders have no usable value
 			// applies: it must never open more than it would with one.
@@ -265,6 +296,18 @@ func (a *ACL) Allowed(c Client, action Action, resource, group string) bool {
 		}
 	}
 	return false
+}
+
+// wildStart reports whether a subscription's filter starts with a
+// wildcard: it may then meet any deny rule.
+func wildStart(action Action, filter string) bool {
+	return action == Subscribe && (strings.HasPrefix(filter, "+") || strings.HasPrefix(filter, "#"))
+}
+
+// mayApply is false when the rule cannot apply to resource: its prefix
+// says so. wild is wildStart's answer for the request.
+func (r *rule) mayApply(resource string, wild bool) bool {
+	return r.prefix == "" || strings.HasPrefix(resource, r.prefix) || wild && !r.allow
 }
 
 // applies reports whether the rule matches the request; ok is false when

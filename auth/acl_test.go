@@ -3,6 +3,7 @@ package auth
 import (
 	"errors"
 	"path"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -258,9 +259,13 @@ func TestACLTopicMatchingExhaustive(t *testing.T) {
 		if reason != "" {
 			t.Fatalf("%q: %s", pf, reason)
 		}
+		pub := compile(t, allow("*", Publish, pf)).by[0].anyone[0]
 		for _, tp := range ts {
 			if got, want := p.matchTopic(tp, w), refMatch(pf, tp); got != want {
 				t.Fatalf("match(%q, %q) = %v, want %v", pf, tp, got, want)
+			}
+			if refMatch(pf, tp) && !pub.mayApply(tp, false) {
+				t.Fatalf("%q: prefix %q passes over topic %q", pf, pub.prefix, tp)
 			}
 		}
 		for _, f := range fs {
@@ -278,6 +283,15 @@ func TestACLTopicMatchingExhaustive(t *testing.T) {
 			}
 			if got := p.intersects(f, w); got != inter {
 				t.Fatalf("intersects(%q, %q) = %v, want %v", pf, f, got, inter)
+			}
+			// The prefix never passes over a rule that applies.
+			for _, perm := range []string{Allow, Deny} {
+				a := compile(t, Rule{User: "*", Action: Subscribe, Pattern: pf, Permission: perm})
+				r := a.by[1].anyone[0]
+				applies, _ := r.applies(Subscribe, f, "", w)
+				if applies && !r.mayApply(f, wildStart(Subscribe, f)) {
+					t.Fatalf("%s %q: prefix %q passes over filter %q", perm, pf, r.prefix, f)
+				}
 			}
 		}
 	}
@@ -305,6 +319,7 @@ func FuzzACL(f *testing.F) {
 	f.Add("*", "consume", "q*", "g?", "allow", "", "c1", "q1", "g1")
 	f.Add("*", "produce", "%c-*/$dlq", "", "allow", "", "x", "x-1/$dlq", "")
 	f.Add("*", "admin", "*", "", "allow", "u", "", "", "")
+	f.Add("*", "produce", "ord?rs*", "", "allow", "u", "", "orders-eu", "")
 	f.Fuzz(func(t *testing.T, user, action, pattern, group, perm, cuser, client, resource, other string) {
 		a, err := Compile([]Rule{{User: user, Action: Action(action), Pattern: pattern, Group: group, Permission: perm}})
 		if err != nil {
@@ -341,6 +356,50 @@ func FuzzACL(f *testing.F) {
 			if got := globMatch(pattern, resource); got != want {
 				t.Fatalf("globMatch(%q, %q) = %v, want %v", pattern, resource, got, want)
 			}
+			if Action(action) == Produce && perm == Allow && user == AnyUser {
+				if got := a.Allowed(c, Produce, resource, ""); got != want {
+					t.Fatalf("Allowed(produce %q) under %q = %v, want %v", resource, pattern, got, want)
+				}
+			}
 		}
 	})
+}
+
+// BenchmarkACLAllowed measures one check against an ACL of 100 rules
+// whose matching rule comes last (the others apply to every user but name
+// other topics and queues), and against one rule.
+//
+//	go test -run '^$' -bench BenchmarkACLAllowed ./auth/
+func BenchmarkACLAllowed(b *testing.B) {
+	build := func(n int) *ACL {
+		var rules []Rule
+		for i := 0; len(rules) < n-2; i++ {
+			if i%2 == 0 {
+				rules = append(rules, allow("*", Publish, "site/"+strconv.Itoa(i)+"/+/telemetry/#"))
+			} else {
+				rules = append(rules, allow("*", Produce, "tenant-"+strconv.Itoa(i)+"-*"))
+			}
+		}
+		return compile(b, append(rules, allow("*", Publish, "devices/%u/#"), allow("*", Produce, "bench*"))...)
+	}
+	c := Client{User: "alice", ClientID: "sensor-1"}
+	for _, n := range []int{2, 100} {
+		a := build(n)
+		b.Run("rules="+strconv.Itoa(n)+",action=publish", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if !a.Allowed(c, Publish, "devices/alice/temp", "") {
+					b.Fatal("denied")
+				}
+			}
+		})
+		b.Run("rules="+strconv.Itoa(n)+",action=produce", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if !a.Allowed(c, Produce, "bench-orders", "") {
+					b.Fatal("denied")
+				}
+			}
+		})
+	}
 }

@@ -23,7 +23,7 @@ func password(user string) string { return user + "-pw" }
 
 // writeUsers writes a users file of the users (bcrypt's lowest cost, so
 // that tests stay fast) and returns its path.
-func writeUsers(t *testing.T, dir string, users ...string) string {
+func writeUsers(t testing.TB, dir string, users ...string) string {
 	t.Helper()
 	var b strings.Builder
 	for _, u := range users {
@@ -49,7 +49,7 @@ type creds struct {
 
 // connectOn sends a CONNECT on conn and returns the CONNACK, for MQTT 5 or
 // 3.1.1.
-func connectOn(t *testing.T, conn net.Conn, id string, c creds) *packets.Connack {
+func connectOn(t testing.TB, conn net.Conn, id string, c creds) *packets.Connack {
 	t.Helper()
 	cp := packets.NewControlPacket(packets.CONNECT)
 	cc := cp.Content.(*packets.Connect)
