@@ -184,17 +184,6 @@ func dialV3As(t *testing.T, broker, id, user string, tlsConf *tls.Config) (paho3
 	return c, lost
 }
 
-// closedWithin waits for the client's connection to end, failing the test
-// after d.
-func (c *rawClient) closedWithin(d time.Duration) {
-	c.t.Helper()
-	select {
-	case <-c.closed:
-	case <-time.After(d):
-		c.t.Fatalf("%s: connection still open after %s", c.id, d)
-	}
-}
-
 // counter reads a counter of the node's /metrics with the given label.
 func counter(t *testing.T, b *testBroker, name, label, value string) float64 {
 	t.Helper()

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/gorilla/websocket"
 	"github.com/shardq/shardq/auth"
 	"github.com/shardq/shardq/config"
 )
@@ -530,6 +532,41 @@ func TestSecurityMalformedPackets(t *testing.T) {
 	if n := counter(t, b, "shardq_mqtt_malformed_packets_total", "code", "0x81"); n != 2 {
 		t.Errorf("malformed 0x81 counted %v times, want 2", n)
 	}
+	t.Run("over websocket", func(t *testing.T) {
+		ws := startBroker(t, t.TempDir(), func(c *config.Config) { c.WS = "127.0.0.1:0" })
+		wc, _, err := websocket.DefaultDialer.Dial("ws://"+ws.ListenerAddr("ws")+"/mqtt", http.Header{"Sec-WebSocket-Protocol": {"mqtt"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wc.Close()
+		var connect bytes.Buffer
+		cp := packets.NewControlPacket(packets.CONNECT)
+		cp.Content.(*packets.Connect).ClientID = "ws-bad"
+		cp.Content.(*packets.Connect).CleanStart = true
+		if _, err := cp.WriteTo(&connect); err != nil {
+			t.Fatal(err)
+		}
+		for _, msg := range [][]byte{connect.Bytes(), {0x30, 0x03, 0x00, 0x10, 'a'}} {
+			if err := wc.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = wc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var last byte
+		for {
+			_, m, err := wc.ReadMessage()
+			if err != nil {
+				break
+			}
+			last = m[0] >> 4
+			if last == packets.DISCONNECT && (len(m) < 3 || m[2] != 0x81) {
+				t.Fatalf("DISCONNECT % x, want reason 0x81", m)
+			}
+		}
+		if last != packets.DISCONNECT {
+			t.Fatalf("last packet of type %d before the close, want a DISCONNECT", last)
+		}
+	})
 	t.Run("3.1.1", func(t *testing.T) {
 		conn, err := net.Dial("tcp", b.MQTTAddr())
 		if err != nil {
