@@ -29,10 +29,11 @@ type Options struct {
 	// MaxKeepAlive caps, in seconds, the keep-alive of MQTT 5 clients (sent
 	// back as Server Keep Alive); 0 means no cap.
 	MaxKeepAlive uint16
+	Logger       *slog.Logger
+
 	// Admit, when set, decides each $queue/ publish before it is
 	// enqueued (access control); see Admit.
-	Admit  Admit
-	Logger *slog.Logger
+	Admit Admit
 }
 
 // Hook is the mochi hook that turns $queue/ topics into queues. It is the
