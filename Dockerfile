@@ -1,12 +1,21 @@
 # syntax=docker/dockerfile:1
 #
-# shardq in a container: docker build -t shardq . && docker run -p 1883:1883 -p 8990:8990 -v shardq-data:/data shardq
+# shardq in a container:
+#
+#   docker build -t shardq .
+#   docker run -p 127.0.0.1:1883:1883 -p 127.0.0.1:8990:8990 -v shardq-data:/data \
+#     -e SHARDQ_ALLOW_ANONYMOUS=true -e SHARDQ_ADMIN_TOKEN="$(head -c 32 /dev/urandom | base64)" shardq
+#
+# The node listens on every address of the container, so it needs
+# credentials to start: users (SHARDQ_USERS_FILE, a users file mounted in
+# the container; see shardq passwd) or SHARDQ_ALLOW_ANONYMOUS=true, and
+# SHARDQ_ADMIN_TOKEN for the admin API. Without them it exits, saying which.
 #
 # The build stage compiles a static binary (no cgo); the image holds only
 # that binary on distroless's static base (CA certificates, tzdata, no shell,
 # no curl), run as the unprivileged user nonroot (65532), with its data in
 # the volume /data. The health check is shardq's own: `shardq health` asks
-# the node's /healthz on the port SHARDQ_HTTP names (default 8990).
+# the node's /healthz (which needs no token) on the port SHARDQ_HTTP names.
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src

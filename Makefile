@@ -42,6 +42,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopic$$' -fuzztime $(FUZZTIME) ./queue
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME) ./storage/badger
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./storage/badger
+	$(GO) test -run '^$$' -fuzz '^FuzzACL$$' -fuzztime $(FUZZTIME) ./auth
+	$(GO) test -run '^$$' -fuzz '^FuzzParseUsers$$' -fuzztime $(FUZZTIME) ./auth
 
 lint:
 	@unformatted=$$(gofmt -l .); \

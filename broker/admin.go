@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,9 +17,10 @@ import (
 )
 
 // The admin API, under /api/v1/ on the HTTP address. Every answer is JSON;
-// an error is {"error": "..."} with its HTTP status. Reads are open;
-// calls that change something (PUT, POST, DELETE) need the bearer token
-// http.admin_token when it is set. Each call checks all of its input
+// an error is {"error": "..."} with its HTTP status. When http.admin_token
+// is set, every call needs credentials (adminauth.go): the token as a
+// bearer token, or a user's name and password (HTTP Basic) with an ACL
+// rule granting admin on the queue. Each call checks all of its input
 // before it changes anything.
 //
 //	GET    /api/v1/queues                            every queue: settings and figures
@@ -46,14 +46,12 @@ const maxBody = 1 << 20
 
 // adminAPI serves /api/v1/.
 type adminAPI struct {
-	b     *Broker
-	token string
-	log   *slog.Logger
+	b   *Broker
+	log *slog.Logger
 }
 
-// mountAdmin adds the admin API's routes to mux.
-func (b *Broker) mountAdmin(mux *http.ServeMux) {
-	a := &adminAPI{b: b, token: b.cfg.Admin.Token, log: b.log.With("component", "admin")}
+// mount adds the admin API's routes to mux, each behind guard.
+func (a *adminAPI) mount(mux *http.ServeMux) {
 	routes := []struct {
 		path    string
 		methods map[string]http.HandlerFunc
@@ -72,19 +70,19 @@ func (b *Broker) mountAdmin(mux *http.ServeMux) {
 	for _, r := range routes {
 		var allow []string
 		for method, h := range r.methods {
-			mux.HandleFunc(method+" "+r.path, h)
+			mux.HandleFunc(method+" "+r.path, a.guard(h))
 			allow = append(allow, method)
 		}
 		slices.Sort(allow)
 		if !slices.Contains(allow, "GET") {
 			// GET also matches HEAD; other methods get a 405 below.
-			mux.HandleFunc("GET "+r.path, a.notAllowed(allow))
+			mux.HandleFunc("GET "+r.path, a.guard(a.notAllowed(allow)))
 		}
-		mux.HandleFunc(r.path, a.notAllowed(allow))
+		mux.HandleFunc(r.path, a.guard(a.notAllowed(allow)))
 	}
-	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/api/v1/", a.guard(func(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusNotFound, fmt.Errorf("no such endpoint: %s %s", r.Method, r.URL.Path))
-	})
+	}))
 }
 
 func (a *adminAPI) notAllowed(allow []string) http.HandlerFunc {
@@ -94,32 +92,13 @@ func (a *adminAPI) notAllowed(allow []string) http.HandlerFunc {
 	}
 }
 
-// mutating requires the bearer token, when one is configured, before h.
+// mutating bounds the body of a call that changes something (guard has
+// checked its credentials).
 func (a *adminAPI) mutating(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if a.token != "" {
-			auth := r.Header.Get("Authorization")
-			scheme, token, ok := strings.Cut(auth, " ")
-			switch {
-			case auth == "":
-				a.unauthorized(w, r, "missing bearer token (Authorization: Bearer ...)")
-				return
-			case !ok || !strings.EqualFold(scheme, "Bearer"):
-				a.unauthorized(w, r, "want an Authorization: Bearer token")
-				return
-			case subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(a.token)) != 1:
-				a.unauthorized(w, r, "wrong bearer token")
-				return
-			}
-		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		h(w, r)
 	}
-}
-
-func (a *adminAPI) unauthorized(w http.ResponseWriter, r *http.Request, msg string) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="shardq"`)
-	a.fail(w, r, http.StatusUnauthorized, errors.New(msg))
 }
 
 // resolve returns the queue the path names (its dead-letter queue with

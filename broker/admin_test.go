@@ -78,7 +78,7 @@ func refused(t *testing.T, b *testBroker, method, path, token, body string, stat
 
 func show(t *testing.T, b *testBroker, name string) broker.QueueView {
 	t.Helper()
-	return get[broker.QueueView](t, b, "GET", "/api/v1/queues/"+name, "", "", http.StatusOK)
+	return get[broker.QueueView](t, b, "GET", "/api/v1/queues/"+name, adminToken, "", http.StatusOK)
 }
 
 func groupOf(v broker.QueueView, name string) (broker.GroupView, bool) {
@@ -110,7 +110,7 @@ func TestAdminListAndShowQueues(t *testing.T) {
 		cons.puback(cons.next(5*time.Second), 0)
 	}
 
-	list := get[broker.QueueList](t, b, "GET", "/api/v1/queues", "", "", http.StatusOK)
+	list := get[broker.QueueList](t, b, "GET", "/api/v1/queues", adminToken, "", http.StatusOK)
 	if list.Node != "node-a" || len(list.Queues) != 2 || list.Queues[0].Name != "events" || list.Queues[1].Name != "orders" {
 		t.Fatalf("list: %+v", list)
 	}
@@ -142,14 +142,14 @@ func TestAdminListAndShowQueues(t *testing.T) {
 	}
 	cons.puback(held, 0)
 
-	refused(t, b, "GET", "/api/v1/queues/nope", "", "", http.StatusNotFound, "no such queue")
-	refused(t, b, "GET", "/api/v1/queues/nope/dlq", "", "", http.StatusNotFound, "no such queue")
-	refused(t, b, "GET", "/api/v1/queues/bad%20name", "", "", http.StatusBadRequest, "invalid queue name")
+	refused(t, b, "GET", "/api/v1/queues/nope", adminToken, "", http.StatusNotFound, "no such queue")
+	refused(t, b, "GET", "/api/v1/queues/nope/dlq", adminToken, "", http.StatusNotFound, "no such queue")
+	refused(t, b, "GET", "/api/v1/queues/bad%20name", adminToken, "", http.StatusBadRequest, "invalid queue name")
 	refused(t, b, "DELETE", "/api/v1/queues/events", adminToken, "", http.StatusMethodNotAllowed, "not allowed")
-	refused(t, b, "GET", "/api/v1/queues/events/purge", "", "", http.StatusMethodNotAllowed, "not allowed")
-	refused(t, b, "GET", "/api/v1/nothing", "", "", http.StatusNotFound, "no such endpoint")
+	refused(t, b, "GET", "/api/v1/queues/events/purge", adminToken, "", http.StatusMethodNotAllowed, "not allowed")
+	refused(t, b, "GET", "/api/v1/nothing", adminToken, "", http.StatusNotFound, "no such endpoint")
 	// Reading never creates a queue.
-	if list := get[broker.QueueList](t, b, "GET", "/api/v1/queues", "", "", http.StatusOK); len(list.Queues) != 2 {
+	if list := get[broker.QueueList](t, b, "GET", "/api/v1/queues", adminToken, "", http.StatusOK); len(list.Queues) != 2 {
 		t.Errorf("%d queues after reads of unknown ones, want 2", len(list.Queues))
 	}
 }
@@ -160,7 +160,7 @@ func TestAdminPeekSettlesNothing(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		prod.publish("$queue/peeked/eu", []byte("m"+strconv.Itoa(i)), "key", "k", "trace", "t"+strconv.Itoa(i))
 	}
-	l := get[broker.MessageList](t, b, "GET", "/api/v1/queues/peeked/messages?limit=100", "", "", http.StatusOK)
+	l := get[broker.MessageList](t, b, "GET", "/api/v1/queues/peeked/messages?limit=100", adminToken, "", http.StatusOK)
 	if len(l.Messages) != 5 {
 		t.Fatalf("peeked %d messages, want 5", len(l.Messages))
 	}
@@ -171,7 +171,7 @@ func TestAdminPeekSettlesNothing(t *testing.T) {
 			t.Errorf("message %d: %+v", i, m)
 		}
 	}
-	from := get[broker.MessageList](t, b, "GET", "/api/v1/queues/peeked/messages?partition="+strconv.Itoa(part)+"&from=3&limit=1", "", "", http.StatusOK)
+	from := get[broker.MessageList](t, b, "GET", "/api/v1/queues/peeked/messages?partition="+strconv.Itoa(part)+"&from=3&limit=1", adminToken, "", http.StatusOK)
 	if len(from.Messages) != 1 || from.Messages[0].Offset != 3 {
 		t.Errorf("peek from 3 limit 1: %+v", from.Messages)
 	}
@@ -183,9 +183,9 @@ func TestAdminPeekSettlesNothing(t *testing.T) {
 		{"from=2", "from needs partition"},
 		{"partition=0&from=x", "from"},
 	} {
-		refused(t, b, "GET", "/api/v1/queues/peeked/messages?"+bad.query, "", "", http.StatusBadRequest, bad.word)
+		refused(t, b, "GET", "/api/v1/queues/peeked/messages?"+bad.query, adminToken, "", http.StatusBadRequest, bad.word)
 	}
-	refused(t, b, "GET", "/api/v1/queues/nope/messages", "", "", http.StatusNotFound, "no such queue")
+	refused(t, b, "GET", "/api/v1/queues/nope/messages", adminToken, "", http.StatusNotFound, "no such queue")
 
 	// A group that subscribes afterwards gets every message as a first delivery.
 	cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
@@ -250,7 +250,7 @@ func TestAdminPurge(t *testing.T) {
 	if g, _ := groupOf(show(t, b2, "trash"), queue.DefaultGroup); g.Lag != 0 {
 		t.Errorf("after restart: lag %d, want 0", g.Lag)
 	}
-	l := get[broker.MessageList](t, b2, "GET", "/api/v1/queues/trash/messages?limit=100", "", "", http.StatusOK)
+	l := get[broker.MessageList](t, b2, "GET", "/api/v1/queues/trash/messages?limit=100", adminToken, "", http.StatusOK)
 	for _, m := range l.Messages {
 		if string(m.Payload) == "old" {
 			t.Errorf("after restart: purged message %s is back", m.ID)
@@ -326,7 +326,7 @@ func TestAdminReplayDeadLetters(t *testing.T) {
 		audit.puback(audit.next(5*time.Second), 0)
 	}
 	waitFor(t, func() bool { return show(t, b, "orders").DLQ.Depth == 3 })
-	letters := get[broker.MessageList](t, b, "GET", "/api/v1/queues/orders/dlq/messages", "", "", http.StatusOK).Messages
+	letters := get[broker.MessageList](t, b, "GET", "/api/v1/queues/orders/dlq/messages", adminToken, "", http.StatusOK).Messages
 	if len(letters) != 3 {
 		t.Fatalf("%d dead letters, want 3", len(letters))
 	}
@@ -421,7 +421,7 @@ func TestAdminDeclareQueue(t *testing.T) {
 	} {
 		refused(t, b, "PUT", put, adminToken, bad.body, http.StatusBadRequest, bad.word)
 	}
-	refused(t, b, "GET", "/api/v1/queues/billing", "", "", http.StatusNotFound, "no such queue")
+	refused(t, b, "GET", "/api/v1/queues/billing", adminToken, "", http.StatusNotFound, "no such queue")
 	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
 	if rc := prod.publish("$queue/billing", []byte("x")); rc == 0 {
 		t.Fatal("publish to an undeclared queue with auto_create off succeeded")

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,13 +32,26 @@ type Broker struct {
 	hook     *hooks.Hook
 	registry *prometheus.Registry
 
-	mqttLn   net.Listener
-	tracked  *trackingListener
-	httpLn   net.Listener
-	httpSrv  *http.Server
-	ready    atomic.Bool
-	shutdown atomic.Bool
-	done     chan struct{}
+	// queues is the queue service of the hooks: the manager behind the
+	// limits of the config.
+	queues *limitedQueues
+	access *accessHook
+	// policy is the users, ACL and admin token; Reload swaps it.
+	policy    atomic.Pointer[policy]
+	sec       *securityMetrics
+	mqttCerts *certStore // listen.mqtts and listen.wss; nil without
+	httpCerts *certStore // HTTPS; nil without
+
+	// listeners are the MQTT listeners by ID (mqtt, mqtts, ws, wss), in
+	// that order; admitted counts their admitted connections.
+	listeners []*trackingListener
+	addrs     map[string]string
+	admitted  atomic.Int64
+	httpLn    net.Listener
+	httpSrv   *http.Server
+	ready     atomic.Bool
+	shutdown  atomic.Bool
+	done      chan struct{}
 }
 
 // New opens the storage, recovers the queues and prepares the listeners of
@@ -49,7 +63,23 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &Broker{cfg: cfg, log: log, registry: prometheus.NewRegistry(), done: make(chan struct{})}
+	b := &Broker{cfg: cfg, log: log, registry: prometheus.NewRegistry(), done: make(chan struct{}), addrs: map[string]string{}}
+	b.sec = newSecurityMetrics(prometheus.Labels{"node": cfg.NodeID})
+	pol, err := newPolicy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b.policy.Store(pol)
+	if cfg.MQTTS != "" || cfg.WSS != "" {
+		if b.mqttCerts, err = newCertStore(mqttTLSFiles(cfg)); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Admin.TLS.Cert != "" {
+		if b.httpCerts, err = newCertStore(httpTLSFiles(cfg)); err != nil {
+			return nil, err
+		}
+	}
 
 	if cfg.Storage.Shards == 0 {
 		// The count the data directory has, or 1 for a new one.
@@ -95,10 +125,13 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	log.Info("storage recovered", "data_dir", cfg.DataDir, "shards", cfg.Storage.Shards,
 		"queues", len(b.manager.Queues())/2, "took", time.Since(start).Round(time.Millisecond))
 
-	b.server = newMQTTServer(log, cfg.Storage.MaxPayload)
-	b.hook = hooks.New(hooks.Options{Queues: b.manager, Server: b.server, Logger: log,
-		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second)})
-	if err := b.server.AddHook(newAccessHook(cfg.Protocol.DenySubscribe), nil); err != nil {
+	b.server = newMQTTServer(log, cfg.EffectiveMaxPacketSize())
+	b.queues = &limitedQueues{Manager: b.manager, cfg: cfg, sec: b.sec}
+	b.access = newAccessHook(b)
+	b.hook = hooks.New(hooks.Options{Queues: b.queues, Server: b.server, Logger: log,
+		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second), Admit: b.access.admit})
+	// The access hook first: it refuses before the queue hook sees anything.
+	if err := b.server.AddHook(b.access, nil); err != nil {
 		b.closeStorage(context.Background())
 		return nil, err
 	}
@@ -126,14 +159,15 @@ func anyAsync(cfg *config.Config) bool {
 
 // newMQTTServer returns a mochi server with shardq's settings: the
 // compatibility options under which mochi passes the Paho interoperability
-// suite, no expiry stamped on messages that have none, and a packet size
-// limit just above the payload limit (so an oversized queue payload still
-// gets its 0x95 PUBACK rather than a disconnect).
-func newMQTTServer(log *slog.Logger, maxPayload int) *mqtt.Server {
+// suite, no expiry stamped on messages that have none, and the packet size
+// limit of mqtt.max_packet_size (by default just above the payload limit,
+// so an oversized queue payload still gets its 0x95 PUBACK rather than a
+// disconnect).
+func newMQTTServer(log *slog.Logger, maxPacketSize int) *mqtt.Server {
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumMessageExpiryInterval = 0
 	caps.ReceiveMaximum = 256
-	caps.MaximumPacketSize = uint32(maxPayload) + 64<<10
+	caps.MaximumPacketSize = uint32(maxPacketSize)
 	caps.Compatibilities.ObscureNotAuthorized = true
 	caps.Compatibilities.PassiveClientDisconnect = true
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
@@ -146,27 +180,51 @@ func newMQTTServer(log *slog.Logger, maxPayload int) *mqtt.Server {
 // Serve starts the listeners and blocks until Shutdown. It returns
 // ErrServerClosed after a Shutdown, or the error that stopped it.
 func (b *Broker) Serve() error {
-	var err error
-	if b.mqttLn, err = net.Listen("tcp", b.cfg.MQTT); err != nil {
-		return fmt.Errorf("broker: mqtt listener: %w", err)
-	}
-	b.tracked = newTrackingListener(b.mqttLn, connectTimeout)
-	if err := b.server.AddListener(listeners.NewNet("mqtt", b.tracked)); err != nil {
-		return err
-	}
-	if b.cfg.WS != "" {
-		if err := b.server.AddListener(listeners.NewWebsocket(listeners.Config{ID: "ws", Address: b.cfg.WS})); err != nil {
-			return fmt.Errorf("broker: websocket listener: %w", err)
+	for _, l := range []struct {
+		id, addr string
+		tls, ws  bool
+	}{
+		{"mqtt", b.cfg.MQTT, false, false},
+		{"mqtts", b.cfg.MQTTS, true, false},
+		{"ws", b.cfg.WS, false, true},
+		{"wss", b.cfg.WSS, true, true},
+	} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			b.closeListeners()
+			return fmt.Errorf("broker: %s listener: %w", l.id, err)
+		}
+		b.addrs[l.id] = ln.Addr().String()
+		if l.tls {
+			ln = tls.NewListener(ln, b.mqttCerts.config())
+		}
+		if l.ws {
+			ln = newWSListener(ln, b.log)
+		}
+		tl := newTrackingListener(ln, connectTimeout, &b.admitted)
+		b.listeners = append(b.listeners, tl)
+		if err := b.server.AddListener(listeners.NewNet(l.id, tl)); err != nil {
+			b.closeListeners()
+			return err
 		}
 	}
 	if b.cfg.HTTP != "" {
-		if b.httpLn, err = net.Listen("tcp", b.cfg.HTTP); err != nil {
-			_ = b.mqttLn.Close()
+		ln, err := net.Listen("tcp", b.cfg.HTTP)
+		if err != nil {
+			b.closeListeners()
 			return fmt.Errorf("broker: http listener: %w", err)
 		}
-		b.httpSrv = &http.Server{Handler: b.handler(), ReadHeaderTimeout: 10 * time.Second}
+		b.httpLn = ln
+		if b.httpCerts != nil {
+			ln = tls.NewListener(ln, b.httpCerts.config())
+		}
+		b.httpSrv = &http.Server{Handler: b.handler(), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(b.log.Handler(), slog.LevelDebug)}
 		go func() {
-			if err := b.httpSrv.Serve(b.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := b.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				b.log.Error("http server stopped", "err", err)
 			}
 		}()
@@ -175,7 +233,9 @@ func (b *Broker) Serve() error {
 		return err
 	}
 	b.ready.Store(true)
-	b.log.Info("shardq serving", "node", b.cfg.NodeID, "mqtt", b.mqttLn.Addr().String(), "ws", b.cfg.WS, "http", b.HTTPAddr())
+	b.log.Info("shardq serving", "node", b.cfg.NodeID, "mqtt", b.addrs["mqtt"], "mqtts", b.addrs["mqtts"],
+		"ws", b.addrs["ws"], "wss", b.addrs["wss"], "http", b.HTTPAddr(), "tls_http", b.httpCerts != nil,
+		"users", b.policy.Load().users.Len(), "acl_rules", b.policy.Load().acl.Len(), "anonymous", b.policy.Load().anonymous)
 	<-b.done
 	return ErrServerClosed
 }
@@ -184,11 +244,22 @@ func (b *Broker) Serve() error {
 var ErrServerClosed = errors.New("broker: server closed")
 
 // MQTTAddr returns the bound MQTT address once Serve has started.
-func (b *Broker) MQTTAddr() string {
-	if b.mqttLn == nil {
+func (b *Broker) MQTTAddr() string { return b.ListenerAddr("mqtt") }
+
+// ListenerAddr returns the bound address of the MQTT listener id (mqtt,
+// mqtts, ws or wss) once Serve has started; "" when it is disabled.
+func (b *Broker) ListenerAddr(id string) string {
+	if !b.ready.Load() && !b.shutdown.Load() {
 		return ""
 	}
-	return b.mqttLn.Addr().String()
+	return b.addrs[id]
+}
+
+// closeListeners stops accepting MQTT connections.
+func (b *Broker) closeListeners() {
+	for _, l := range b.listeners {
+		_ = l.Close()
+	}
 }
 
 // HTTPAddr returns the bound HTTP address once Serve has started.
@@ -235,9 +306,7 @@ const shutdownGrace = 2 * time.Second
 // table twice while closing, which deadlocks against a client leaving at
 // the same moment.
 func (b *Broker) closeMQTT(ctx context.Context) {
-	if b.mqttLn != nil {
-		_ = b.mqttLn.Close()
-	}
+	b.closeListeners()
 	for _, cl := range b.server.Clients.GetAll() {
 		if !cl.Closed() {
 			_ = b.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
@@ -259,9 +328,11 @@ func (b *Broker) closeMQTT(ctx context.Context) {
 		}
 		return false
 	}
-	if !gone(shutdownGrace) && b.tracked != nil {
+	if !gone(shutdownGrace) {
 		b.log.Warn("closing the connections of clients that did not disconnect")
-		b.tracked.closeAll()
+		for _, l := range b.listeners {
+			l.closeAll()
+		}
 		if !gone(shutdownGrace) {
 			b.log.Error("clients still attached after their connections were closed")
 		}

@@ -8,7 +8,7 @@ import (
 )
 
 // handler serves /healthz, /readyz, /metrics (unless metrics are off),
-// the admin API (admin.go) and the web console (/ui/, where / leads).
+// /debug/pprof/, the admin API (admin.go) and the web console (/ui/, where / leads).
 func (b *Broker) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -21,13 +21,16 @@ func (b *Broker) handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	// The admin API and the profiles need the admin token, when there is
+	// one (adminauth.go); health and metrics stay open.
+	a := &adminAPI{b: b, log: b.log.With("component", "admin")}
+	mux.HandleFunc("GET /debug/pprof/", a.guard(pprof.Index))
+	mux.HandleFunc("GET /debug/pprof/profile", a.guard(pprof.Profile))
+	mux.HandleFunc("GET /debug/pprof/trace", a.guard(pprof.Trace))
 	if b.cfg.Admin.Metrics {
 		mux.Handle("GET /metrics", b.metricsHandler())
 	}
-	b.mountAdmin(mux)
+	a.mount(mux)
 	mux.Handle(console.Prefix, console.New(console.Options{Token: b.cfg.Admin.Token}))
 	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
 	return mux

@@ -1,31 +1,43 @@
 package broker
 
 import (
+	"crypto/tls"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // connectTimeout bounds how long a new connection may take to send its
-// CONNECT packet. mochi reads CONNECT without a deadline: a client that
-// opens a socket and says nothing would otherwise hold a goroutine forever
-// and stall a graceful shutdown. Once connected, mochi sets the connection's
-// deadline from its keep-alive before every packet.
+// CONNECT packet (and, on a TLS listener, to finish its handshake). mochi
+// reads CONNECT without a deadline: a client that opens a socket and says
+// nothing would otherwise hold a goroutine forever and stall a graceful
+// shutdown. Once connected, mochi sets the connection's deadline from its
+// keep-alive before every packet.
 const connectTimeout = 10 * time.Second
+
+// releaseAfter bounds how long a held connection stays open after mochi
+// closed it, should the access hook never release it.
+const releaseAfter = 2 * time.Second
 
 // trackingListener sets the CONNECT deadline on accepted connections and
 // keeps them, so that Shutdown can close the ones that outlive its grace
-// period (mochi waits for a client to close after a server DISCONNECT).
+// period (mochi waits for a client to close after a server DISCONNECT). It
+// counts the connections the access hook admitted (limits.max_connections).
+// Every MQTT listener of a node, TCP, TLS and WebSocket, is one.
 type trackingListener struct {
 	net.Listener
 	timeout time.Duration
+	// admitted counts the admitted connections of every listener of the
+	// node (shared).
+	admitted *atomic.Int64
 
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
 }
 
-func newTrackingListener(l net.Listener, timeout time.Duration) *trackingListener {
-	return &trackingListener{Listener: l, timeout: timeout, conns: map[*trackedConn]struct{}{}}
+func newTrackingListener(l net.Listener, timeout time.Duration, admitted *atomic.Int64) *trackingListener {
+	return &trackingListener{Listener: l, timeout: timeout, admitted: admitted, conns: map[*trackedConn]struct{}{}}
 }
 
 func (l *trackingListener) Accept() (net.Conn, error) {
@@ -41,7 +53,7 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 	return tc, nil
 }
 
-// closeAll closes every connection still open.
+// closeAll closes every connection still open, held ones included.
 func (l *trackingListener) closeAll() {
 	l.mu.Lock()
 	conns := make([]*trackedConn, 0, len(l.conns))
@@ -50,21 +62,88 @@ func (l *trackingListener) closeAll() {
 	}
 	l.mu.Unlock()
 	for _, c := range conns {
-		_ = c.Close()
+		_ = c.release()
 	}
 }
 
+// trackedConn is an accepted connection. It carries what the access hook
+// (access.go) knows of its client, and it can be held: once an MQTT 5
+// client's session is established, mochi's Close only stops its reads and
+// writes within a second, and the access hook releases it after
+// OnDisconnect, which may first write a DISCONNECT with the reason of a
+// malformed packet (mochi closes such a connection without one).
 type trackedConn struct {
 	net.Conn
 	l    *trackingListener
 	once sync.Once
+
+	// user is the client's authenticated username ("" anonymous), set in
+	// OnConnect before anything else runs for the client.
+	user string
+	// admitted: counted in l.admitted until released.
+	admitted atomic.Bool
+	// held: Close stops reading and release closes.
+	held    atomic.Bool
+	closing atomic.Bool
+	// sentDisconnect: mochi wrote a DISCONNECT already.
+	sentDisconnect atomic.Bool
+
+	mu sync.Mutex
+	// subacks holds, by SUBSCRIBE packet ID, the reason codes the access
+	// hook gives to the filters it refused (see OnPacketEncode).
+	subacks map[uint16][]subRefusal
 }
 
+// admit counts the connection toward max (0: no limit); false when the
+// node already holds max.
+func (c *trackedConn) admit(max int64) bool {
+	for {
+		n := c.l.admitted.Load()
+		if max > 0 && n >= max {
+			return false
+		}
+		if c.l.admitted.CompareAndSwap(n, n+1) {
+			c.admitted.Store(true)
+			return true
+		}
+	}
+}
+
+// Close closes the connection, or, while it is held, stops its reads at
+// once and its writes within a second (so that a write blocked on a client
+// that does not read gives back the client's lock) and leaves the closing
+// to release.
 func (c *trackedConn) Close() error {
+	if !c.held.Load() {
+		return c.release()
+	}
+	if c.closing.CompareAndSwap(false, true) {
+		_ = c.Conn.SetReadDeadline(time.Unix(1, 0))
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+		time.AfterFunc(releaseAfter, func() { _ = c.release() })
+	}
+	return nil
+}
+
+// release closes the connection for good.
+func (c *trackedConn) release() error {
+	err := net.ErrClosed
 	c.once.Do(func() {
 		c.l.mu.Lock()
 		delete(c.l.conns, c)
 		c.l.mu.Unlock()
+		if c.admitted.Swap(false) {
+			c.l.admitted.Add(-1)
+		}
+		err = c.Conn.Close()
 	})
-	return c.Conn.Close()
+	return err
+}
+
+// tlsState returns the TLS state of the connection, if it is one.
+func (c *trackedConn) tlsState() (tls.ConnectionState, bool) {
+	if s, ok := c.Conn.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		return s.ConnectionState(), true
+	}
+	return tls.ConnectionState{}, false
 }

@@ -82,7 +82,7 @@ func (b *Broker) instrument(mo *queue.ManagerOptions) error {
 		m.commitWrites = append(m.commitWrites, commitWrites.WithLabelValues(s))
 		m.commitErrors = append(m.commitErrors, commitErrors.WithLabelValues(s))
 	}
-	for _, c := range []prometheus.Collector{commitSeconds, commitWrites, commitErrors, ackLatency, newCollector(b, node)} {
+	for _, c := range append([]prometheus.Collector{commitSeconds, commitWrites, commitErrors, ackLatency, newCollector(b, node)}, b.sec.collectors()...) {
 		if err := b.registry.Register(c); err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardq/shardq/auth"
 	"github.com/shardq/shardq/queue"
 )
 
@@ -21,14 +22,18 @@ type Config struct {
 	// Usually set.
 	NodeID  string // node_id: this node's name; default the host name, or "node-1"
 	DataDir string // data_dir: where the queues are stored; default "./data"
-	MQTT    string // listen.mqtt: MQTT listen address; default ":1883"
-	WS      string // listen.ws: MQTT over WebSocket; default ":8083", "" disables
-	HTTP    string // listen.http: metrics, health and admin API; default ":8990", "" disables
+	MQTT    string // listen.mqtt: MQTT listen address; default "127.0.0.1:1883", "" disables
+	MQTTS   string // listen.mqtts: MQTT over TLS (mqtt.tls); default "", disabled
+	WS      string // listen.ws: MQTT over WebSocket; default "127.0.0.1:8083", "" disables
+	WSS     string // listen.wss: MQTT over WebSocket over TLS (mqtt.tls); default "", disabled
+	HTTP    string // listen.http: metrics, health and admin API; default "127.0.0.1:8990", "" disables
 
 	Queues   Queues   // queues
 	Protocol Protocol // mqtt
 	Storage  Storage  // storage
 	Admin    Admin    // http
+	Auth     Auth     // auth
+	Limits   Limits   // limits
 
 	// LogLevel is log_level: debug, info (the default), warn or error.
 	LogLevel slog.Level
@@ -48,6 +53,25 @@ type Queues struct {
 	// Declared queues exist from the start. Each one holds Defaults with the
 	// fields its YAML entry sets replaced.
 	Declared map[string]queue.Options `yaml:"declared"`
+
+	// MaxDelay is queues.defaults.max_delay: the longest delay (user
+	// property delay, or deliver-at) a publish may ask for; a later one
+	// is refused with 0x99. 0, the default, means the queue's max_age (a
+	// message delayed longer would expire first); with max_age 0 too,
+	// there is no limit.
+	MaxDelay time.Duration `yaml:"-"`
+	// DeclaredMaxDelay holds the max_delay of the declared queues that set
+	// their own.
+	DeclaredMaxDelay map[string]time.Duration `yaml:"-"`
+}
+
+// QueueMaxDelay returns the max_delay set for the queue name (declared,
+// else queues.defaults); 0 when none is set.
+func (c *Config) QueueMaxDelay(name string) time.Duration {
+	if d, ok := c.Queues.DeclaredMaxDelay[name]; ok {
+		return d
+	}
+	return c.Queues.MaxDelay
 }
 
 // Protocol are MQTT settings, under the YAML key mqtt.
@@ -60,6 +84,75 @@ type Protocol struct {
 	// 0x80). The default holds test/nosubscribe, the filter the Eclipse
 	// Paho interoperability suite uses to check subscription failures.
 	DenySubscribe []string `yaml:"deny_subscribe"`
+	// AllowAnonymous lets clients without credentials connect on any
+	// listener. Without it they may connect only while every listener is
+	// on a loopback address and no users are configured; a listener on
+	// another address then needs users (auth.users_file or
+	// mqtt.tls.cn_as_username) or this set, else the node does not start.
+	AllowAnonymous bool `yaml:"allow_anonymous"`
+	// MaxPacketSize is the largest MQTT packet a client may send, in
+	// bytes, announced in the CONNACK (MQTT 5 Maximum Packet Size); a
+	// larger one ends the connection with DISCONNECT 0x95. 0, the default,
+	// means storage.max_payload plus 64 KiB, so that a queue payload over
+	// max_payload still gets its PUBACK 0x95.
+	MaxPacketSize int `yaml:"max_packet_size"`
+	// TLS is the certificate of listen.mqtts and listen.wss.
+	TLS MQTTTLS `yaml:"tls"`
+}
+
+// MQTTTLS are the TLS settings of the MQTT listeners, under mqtt.tls.
+// SIGHUP reads the files again.
+type MQTTTLS struct {
+	Cert string `yaml:"cert"` // PEM certificate (chain) file
+	Key  string `yaml:"key"`  // PEM private key file
+	// ClientCA is a PEM file of the CAs that sign client certificates; a
+	// client that presents a certificate must have one they signed.
+	ClientCA string `yaml:"client_ca"`
+	// RequireClientCert refuses a TLS connection without a client
+	// certificate (signed by ClientCA).
+	RequireClientCert bool `yaml:"require_client_cert"`
+	// CNAsUsername authenticates a client that presents a certificate
+	// signed by ClientCA as the user named by the certificate's Common
+	// Name, without a password.
+	CNAsUsername bool `yaml:"cn_as_username"`
+}
+
+// HTTPTLS makes listen.http serve HTTPS, under http.tls. SIGHUP reads the
+// files again.
+type HTTPTLS struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// Auth are the users and their permissions, under auth. SIGHUP reads them
+// again.
+type Auth struct {
+	// UsersFile names a file of USER:BCRYPT-HASH lines (shardq passwd
+	// prints one). With it, a client must give a user's name and password
+	// (or, with mqtt.tls.cn_as_username, a certificate) unless
+	// mqtt.allow_anonymous is set.
+	UsersFile string `yaml:"users_file"`
+	// ACL is the list of rules: the first that applies decides; with any
+	// rule, what no rule allows is denied. See package auth.
+	ACL []auth.Rule `yaml:"acl"`
+}
+
+// UsersConfigured reports whether clients authenticate: with a users file
+// or with client certificates as usernames.
+func (c *Config) UsersConfigured() bool {
+	return c.Auth.UsersFile != "" || c.Protocol.TLS.CNAsUsername
+}
+
+// Limits bound what clients may make the node hold, under limits. 0 means
+// no limit.
+type Limits struct {
+	// MaxQueues bounds the queues of the node (dead-letter queues not
+	// counted); an auto-created queue past it is refused with PUBACK or
+	// SUBACK 0x97. Declared queues are always created. Default 1000.
+	MaxQueues int `yaml:"max_queues"`
+	// MaxConnections bounds the connected MQTT clients; one more gets
+	// CONNACK 0x97 (0x03 for MQTT 3.1.1). Default 10000.
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // Storage are the settings of the storage engine.
@@ -93,13 +186,30 @@ type Admin struct {
 	// Metrics serves /metrics and keeps the figures behind it. Default
 	// true; false turns every metric off (and /metrics answers 404).
 	Metrics bool `yaml:"metrics"`
+	// TLS makes listen.http serve HTTPS.
+	TLS HTTPTLS `yaml:"tls"`
 }
 
-// DefaultHTTP is the default HTTP address (metrics, health, admin API).
-// It is clear of Prometheus (9090), Grafana (3000) and the range of the
-// Prometheus exporters (9100-9999), so that they run beside a node with
-// their own defaults.
-const DefaultHTTP = ":8990"
+// Default listen addresses: loopback only, so that a node started with no
+// settings is reachable from its own machine alone (a listener on another
+// address needs credentials, see Validate). DefaultHTTP is clear of
+// Prometheus (9090), Grafana (3000) and the range of the Prometheus
+// exporters (9100-9999), so that they run beside a node with their own
+// defaults.
+const (
+	DefaultMQTT = "127.0.0.1:1883"
+	DefaultWS   = "127.0.0.1:8083"
+	DefaultHTTP = "127.0.0.1:8990"
+)
+
+// Defaults of the limits.
+const (
+	DefaultMaxQueues      = 1000
+	DefaultMaxConnections = 10000
+	// MaxMaxPacketSize is the largest packet MQTT can carry.
+	MaxMaxPacketSize = 268435455 + 5
+	MinMaxPacketSize = 1024
+)
 
 // Limits of the storage settings.
 const (
@@ -115,8 +225,8 @@ func Default() *Config {
 	return &Config{
 		NodeID:   defaultNodeID(),
 		DataDir:  "./data",
-		MQTT:     ":1883",
-		WS:       ":8083",
+		MQTT:     DefaultMQTT,
+		WS:       DefaultWS,
 		HTTP:     DefaultHTTP,
 		LogLevel: slog.LevelInfo,
 		Queues: Queues{
@@ -124,6 +234,7 @@ func Default() *Config {
 			AutoCreate: true,
 			Declared:   map[string]queue.Options{},
 		},
+		Limits:   Limits{MaxQueues: DefaultMaxQueues, MaxConnections: DefaultMaxConnections},
 		Admin:    Admin{Metrics: true},
 		Protocol: Protocol{MaxKeepAlive: 60 * time.Second, DenySubscribe: []string{"test/nosubscribe"}},
 		Storage: Storage{
@@ -166,19 +277,12 @@ func (c *Config) Validate() error {
 		fail("data_dir", "must not be empty", nil)
 	}
 
-	listen := []struct {
-		path, addr string
-		optional   bool
-	}{
-		{"listen.mqtt", c.MQTT, false},
-		{"listen.ws", c.WS, true},
-		{"listen.http", c.HTTP, true},
+	listen := c.listeners()
+	if c.MQTT == "" && c.MQTTS == "" && c.WS == "" && c.WSS == "" {
+		fail("listen.mqtt", "must not be empty: it is the only MQTT listener (set listen.mqtts, listen.ws or listen.wss to do without it)", nil)
 	}
 	for i, l := range listen {
 		if l.addr == "" {
-			if !l.optional {
-				fail(l.path, "must not be empty", nil)
-			}
 			continue
 		}
 		if reason := checkAddr(l.addr); reason != "" {
@@ -191,6 +295,8 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+
+	c.validateSecurity(fail)
 
 	if k := c.Protocol.MaxKeepAlive; k < 0 || k%time.Second != 0 || k > 65535*time.Second {
 		fail("mqtt.max_keep_alive", fmt.Sprintf("must be whole seconds from 0 (no cap) to 65535s, got %s", k), nil)

@@ -44,9 +44,9 @@ func TestConfigDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"data_dir", c.DataDir, "./data"},
-		{"listen.mqtt", c.MQTT, ":1883"},
-		{"listen.ws", c.WS, ":8083"},
-		{"listen.http", c.HTTP, ":8990"},
+		{"listen.mqtt", c.MQTT, "127.0.0.1:1883"},
+		{"listen.ws", c.WS, "127.0.0.1:8083"},
+		{"listen.http", c.HTTP, "127.0.0.1:8990"},
 		{"log_level", c.LogLevel, slog.LevelInfo},
 		{"queues.defaults", c.Queues.Defaults, queue.DefaultOptions()},
 		{"queues.auto_create", c.Queues.AutoCreate, true},
@@ -72,7 +72,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestConfigPrecedence(t *testing.T) {
-	const file = "data_dir: /from/file\nlisten:\n  mqtt: \":1001\"\n"
+	const file = "data_dir: /from/file\nlisten:\n  mqtt: \"127.0.0.1:1001\"\n"
 	tests := []struct {
 		name     string
 		flags    []string
@@ -81,26 +81,26 @@ func TestConfigPrecedence(t *testing.T) {
 		wantDir  string
 		wantMQTT string
 	}{
-		{name: "default", wantDir: "./data", wantMQTT: ":1883"},
+		{name: "default", wantDir: "./data", wantMQTT: "127.0.0.1:1883"},
 		{name: "env beats default",
-			env:     map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_MQTT": ":1002"},
-			wantDir: "/from/env", wantMQTT: ":1002"},
+			env:     map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_MQTT": "127.0.0.1:1002"},
+			wantDir: "/from/env", wantMQTT: "127.0.0.1:1002"},
 		{name: "file beats env",
-			env:  map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_MQTT": ":1002"},
-			file: true, wantDir: "/from/file", wantMQTT: ":1001"},
+			env:  map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_MQTT": "127.0.0.1:1002"},
+			file: true, wantDir: "/from/file", wantMQTT: "127.0.0.1:1001"},
 		{name: "env fills what the file leaves out",
-			env:  map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_WS": ":1005"},
-			file: true, wantDir: "/from/file", wantMQTT: ":1001"},
+			env:  map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_WS": "127.0.0.1:1005"},
+			file: true, wantDir: "/from/file", wantMQTT: "127.0.0.1:1001"},
 		{name: "flag beats file and env",
-			flags: []string{"--data-dir", "/from/flag", "--mqtt=:1003"},
-			env:   map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_MQTT": ":1002"},
-			file:  true, wantDir: "/from/flag", wantMQTT: ":1003"},
+			flags: []string{"--data-dir", "/from/flag", "--mqtt=127.0.0.1:1003"},
+			env:   map[string]string{"SHARDQ_DATA_DIR": "/from/env", "SHARDQ_MQTT": "127.0.0.1:1002"},
+			file:  true, wantDir: "/from/flag", wantMQTT: "127.0.0.1:1003"},
 		{name: "flag beats default",
 			flags:   []string{"-data-dir", "/from/flag"},
-			wantDir: "/from/flag", wantMQTT: ":1883"},
+			wantDir: "/from/flag", wantMQTT: "127.0.0.1:1883"},
 		{name: "empty env counts as unset",
 			env:     map[string]string{"SHARDQ_DATA_DIR": ""},
-			wantDir: "./data", wantMQTT: ":1883"},
+			wantDir: "./data", wantMQTT: "127.0.0.1:1883"},
 	}
 	path := writeConfig(t, file)
 	for _, tc := range tests {
@@ -392,12 +392,12 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad address from file",
 			file: "listen:\n  ws: localhost\n",
 			want: []string{`shardq.yaml:2: listen.ws: must be host:port, got "localhost"`}},
-		{name: "empty mqtt address",
-			flags: []string{"--mqtt="},
-			want:  []string{"listen.mqtt: must not be empty (from --mqtt)"}},
+		{name: "no MQTT listener",
+			flags: []string{"--mqtt=", "--ws="},
+			want:  []string{"listen.mqtt: must not be empty: it is the only MQTT listener", "(from --mqtt)"}},
 		{name: "two listeners on one address",
-			flags: []string{"--ws", ":1883"},
-			want:  []string{`listen.ws: same address as listen.mqtt, ":1883"`}},
+			flags: []string{"--ws", "127.0.0.1:1883"},
+			want:  []string{`listen.ws: same address as listen.mqtt, "127.0.0.1:1883"`}},
 		{name: "bad node id",
 			flags: []string{"--node-id", "node a"},
 			want:  []string{`node_id: must be 1 to 128 characters`, `"node a"`}},
@@ -469,9 +469,9 @@ func TestConfigHelp(t *testing.T) {
 	for _, want := range [][3]string{
 		{"--config FILE", "none", "SHARDQ_CONFIG"},
 		{"--data-dir DIR", "./data", "SHARDQ_DATA_DIR"},
-		{"--mqtt ADDR", ":1883", "SHARDQ_MQTT"},
-		{"--ws ADDR", ":8083", "SHARDQ_WS"},
-		{"--http ADDR", ":8990", "SHARDQ_HTTP"},
+		{"--mqtt ADDR", "127.0.0.1:1883", "SHARDQ_MQTT"},
+		{"--ws ADDR", "127.0.0.1:8083", "SHARDQ_WS"},
+		{"--http ADDR", "127.0.0.1:8990", "SHARDQ_HTTP"},
 		{"--node-id ID", "the host name", "SHARDQ_NODE_ID"},
 		{"--log-level LEVEL", "info", "SHARDQ_LOG_LEVEL"},
 	} {
@@ -654,7 +654,7 @@ func TestConfigValidate(t *testing.T) {
 		}, "config: queues.declared.orders.partitions: must be between 1 and 4096, got 0"},
 		{"defaults", func(c *Config) { c.Queues.Defaults.Prefetch = 0 }, "config: queues.defaults.prefetch:"},
 		{"nil declared map", func(c *Config) { c.Queues.Declared = nil }, ""},
-		{"random ports may repeat", func(c *Config) { c.MQTT, c.WS, c.HTTP = ":0", ":0", "127.0.0.1:0" }, ""},
+		{"random ports may repeat", func(c *Config) { c.MQTT, c.WS, c.HTTP = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0" }, ""},
 		{"max shards", func(c *Config) { c.Storage.Shards = MaxShards }, ""},
 		{"too many shards", func(c *Config) { c.Storage.Shards = MaxShards + 1 }, "config: storage.shards: must be between 1 and 64 (0: the data directory's), got 65"},
 	}

@@ -5,11 +5,13 @@
 //
 // Each setting takes its value from the first of these that sets it:
 //
-//  1. its flag: --data-dir, --mqtt, --ws, --http, --node-id, --log-level;
+//  1. its flag: --data-dir, --mqtt, --mqtts, --ws, --wss, --http,
+//     --users-file, --allow-anonymous, --admin-token, --node-id, --log-level;
 //  2. the config file, named by --config or else by SHARDQ_CONFIG;
 //  3. its environment variable, SHARDQ_ and the flag's name in capitals
 //     with _ for -: SHARDQ_DATA_DIR, SHARDQ_MQTT, SHARDQ_WS, SHARDQ_HTTP,
-//     SHARDQ_NODE_ID, SHARDQ_LOG_LEVEL;
+//     SHARDQ_USERS_FILE, SHARDQ_ALLOW_ANONYMOUS, SHARDQ_ADMIN_TOKEN,
+//     SHARDQ_NODE_ID, SHARDQ_LOG_LEVEL and the others;
 //  4. the built-in default (Default).
 //
 // So a flag overrides the file, and an environment variable overrides only
@@ -18,9 +20,20 @@
 // that listener. Settings without a flag are set in the file only.
 //
 // With no flags, no file and no environment, a node is a working single
-// node: MQTT on :1883, MQTT over WebSocket on :8083, HTTP (metrics,
-// health, admin API) on :8990 (clear of Prometheus's 9090 and Grafana's
-// 3000), data in ./data, named after its host, logging at info.
+// node: MQTT on 127.0.0.1:1883, MQTT over WebSocket on 127.0.0.1:8083,
+// HTTP (metrics, health, admin API) on 127.0.0.1:8990 (clear of
+// Prometheus's 9090 and Grafana's 3000), data in ./data, named after its
+// host, logging at info.
+//
+// # Safe defaults
+//
+// Every default listener is on the loopback address, and clients connect
+// without credentials only while every MQTT listener is. A listener on
+// any other address needs users (auth.users_file, or client certificates
+// with mqtt.tls.cn_as_username) or mqtt.allow_anonymous: true; an HTTP
+// listener on another address needs http.admin_token. Otherwise Load
+// refuses the configuration, naming the listener (Loopback,
+// AnonymousAllowed).
 //
 // # The file
 //
@@ -34,9 +47,11 @@
 //	data_dir: ./data
 //	log_level: info         # debug | info | warn | error
 //	listen:
-//	  mqtt: ":1883"
-//	  ws: ":8083"           # "" disables
-//	  http: ":8990"         # "" disables
+//	  mqtt: 127.0.0.1:1883  # "" disables
+//	  mqtts: ""             # MQTT over TLS (mqtt.tls), e.g. ":8883"
+//	  ws: 127.0.0.1:8083    # "" disables
+//	  wss: ""               # MQTT over WebSocket over TLS (mqtt.tls)
+//	  http: 127.0.0.1:8990  # "" disables
 //	queues:
 //	  defaults:             # apply to every queue, including auto-created ones
 //	    partitions: 8
@@ -52,6 +67,7 @@
 //	    max_bytes: 0
 //	    overflow: reject    # reject | drop-oldest
 //	    dedup_window: 2m
+//	    max_delay: 0        # longest delay/deliver-at; 0: the queue's max_age
 //	  auto_create: true
 //	  declared:
 //	    orders:             # 1 to 128 characters of A-Z a-z 0-9 _ . -
@@ -62,9 +78,31 @@
 //	  sync_interval: 100ms  # for durability: async
 //	  ring_size: 4096       # newest messages kept in memory per partition
 //	  max_payload: 1048576  # bytes, at most 256 MiB
+//	mqtt:
+//	  max_keep_alive: 60s
+//	  deny_subscribe: [test/nosubscribe]
+//	  allow_anonymous: false
+//	  max_packet_size: 0    # bytes; 0: storage.max_payload + 64 KiB
+//	  tls:                  # for listen.mqtts and listen.wss
+//	    cert: ""            # PEM files
+//	    key: ""
+//	    client_ca: ""       # CAs of client certificates
+//	    require_client_cert: false
+//	    cn_as_username: false
 //	http:
-//	  admin_token: ""       # when set, mutating admin calls need it as a bearer token
+//	  admin_token: ""       # when set, /api/v1/ and /debug/pprof/ need it as a bearer token
 //	  metrics: true         # false: no /metrics, no figures kept
+//	  tls:                  # HTTPS on listen.http
+//	    cert: ""
+//	    key: ""
+//	auth:
+//	  users_file: ""        # USER:BCRYPT-HASH lines (shardq passwd)
+//	  acl:                  # first match wins; with any rule, no match denies
+//	    - {user: "*", action: publish, pattern: "devices/%u/#", permission: allow}
+//	    - {user: billing, action: consume, pattern: orders, group: billing, permission: allow}
+//	limits:
+//	  max_queues: 1000      # auto-created queues past it: 0x97; 0: no limit
+//	  max_connections: 10000
 //
 // A declared queue starts from queues.defaults, wherever defaults appears
 // in the file, and replaces only the fields its entry sets: above, orders
@@ -94,6 +132,7 @@
 //	config: shardq.yaml:7: queues.declared.orders.ack_timeout: must be at least 100ms, got 10ms
 //	config: shardq.yaml:3: queues.defaults.colour: unknown setting (known here: partitions, ...)
 //	config: listen.mqtt: must be host:port, got "1883" (from --mqtt)
+//	config: shardq.yaml:9: auth.acl[2].action: must be publish, subscribe, produce, consume or admin, got "pub"
 //	config: --colour: unknown flag (known: --config, --data-dir, ...)
 //
 // Load reports every error of one run at once, joined with errors.Join:

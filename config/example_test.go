@@ -19,7 +19,9 @@ func ExampleLoad() {
 	err = os.WriteFile(file, []byte(`
 node_id: node-a
 listen:
-  mqtt: ":1884"
+  mqtt: ":1884"        # every address: clients of other machines connect
+mqtt:
+  allow_anonymous: true  # without credentials (or set auth.users_file)
 queues:
   defaults:
     max_deliveries: 3

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -29,12 +30,22 @@ type setting struct {
 var settings = []setting{
 	{"data-dir", "data_dir", "DIR", "the directory holding the queues' data", "./data",
 		text(func(c *Config) *string { return &c.DataDir })},
-	{"mqtt", "listen.mqtt", "ADDR", "the address (host:port) to listen on for MQTT", ":1883",
+	{"mqtt", "listen.mqtt", "ADDR", "the address (host:port) to listen on for MQTT; empty disables", DefaultMQTT,
 		text(func(c *Config) *string { return &c.MQTT })},
-	{"ws", "listen.ws", "ADDR", "the address to listen on for MQTT over WebSocket; empty disables", ":8083",
+	{"mqtts", "listen.mqtts", "ADDR", "the address to listen on for MQTT over TLS (mqtt.tls in the config file)", "none",
+		text(func(c *Config) *string { return &c.MQTTS })},
+	{"ws", "listen.ws", "ADDR", "the address to listen on for MQTT over WebSocket; empty disables", DefaultWS,
 		text(func(c *Config) *string { return &c.WS })},
+	{"wss", "listen.wss", "ADDR", "the address to listen on for MQTT over WebSocket over TLS (mqtt.tls)", "none",
+		text(func(c *Config) *string { return &c.WSS })},
 	{"http", "listen.http", "ADDR", "the address to listen on for HTTP (metrics, health, admin API); empty disables", DefaultHTTP,
 		text(func(c *Config) *string { return &c.HTTP })},
+	{"users-file", "auth.users_file", "FILE", "the users file: USER:BCRYPT-HASH lines (shardq passwd prints one)", "none",
+		text(func(c *Config) *string { return &c.Auth.UsersFile })},
+	{"allow-anonymous", "mqtt.allow_anonymous", "BOOL", "let clients without credentials connect on every listener, loopback or not", "false",
+		boolean(func(c *Config) *bool { return &c.Protocol.AllowAnonymous })},
+	{"admin-token", "http.admin_token", "TOKEN", "the bearer token the admin API and /debug/pprof/ require (a flag shows in the process list: prefer the variable or the file)", "none",
+		text(func(c *Config) *string { return &c.Admin.Token })},
 	{"node-id", "node_id", "ID", "the name of this node, of A-Z a-z 0-9 _ . -", "the host name",
 		text(func(c *Config) *string { return &c.NodeID })},
 	{"log-level", "log_level", "LEVEL", "the least level logged: debug, info, warn or error", "info",
@@ -52,6 +63,18 @@ var settings = []setting{
 func text(field func(*Config) *string) func(*Config, string) string {
 	return func(c *Config, v string) string {
 		*field(c) = v
+		return ""
+	}
+}
+
+// boolean returns the set of a true/false setting.
+func boolean(field func(*Config) *bool) func(*Config, string) string {
+	return func(c *Config, v string) string {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Sprintf("must be true or false, got %q", v)
+		}
+		*field(c) = b
 		return ""
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/shardq/shardq/auth"
 	"github.com/shardq/shardq/queue"
 )
 
@@ -95,20 +96,50 @@ func (d *decoder) top() []field {
 		{"data_dir", d.leaf(&c.DataDir)},
 		{"listen", d.section([]field{
 			{"mqtt", d.leaf(&c.MQTT)},
+			{"mqtts", d.leaf(&c.MQTTS)},
 			{"ws", d.leaf(&c.WS)},
+			{"wss", d.leaf(&c.WSS)},
 			{"http", d.leaf(&c.HTTP)},
 		})},
 		{"log_level", d.logLevel},
 		{"queues", d.section([]field{
 			// defaults before declared: declared queues inherit them.
-			{"defaults", d.section(d.tagged(&c.Queues.Defaults))},
+			{"defaults", d.section(append(d.tagged(&c.Queues.Defaults), field{"max_delay", d.leaf(&c.Queues.MaxDelay)}))},
 			{"auto_create", d.leaf(&c.Queues.AutoCreate)},
 			{"declared", d.declared},
 		})},
 		{"mqtt", d.section(d.tagged(&c.Protocol))},
 		{"storage", d.section(d.tagged(&c.Storage))},
 		{"http", d.section(d.tagged(&c.Admin))},
+		{"auth", d.section([]field{
+			{"users_file", d.leaf(&c.Auth.UsersFile)},
+			{"acl", d.acl},
+		})},
+		{"limits", d.section(d.tagged(&c.Limits))},
 	}
+}
+
+// acl decodes auth.acl: a list of rules, each a mapping of user, action,
+// pattern, group and permission. The rules are checked by Validate.
+func (d *decoder) acl(n *yaml.Node, path string) error {
+	n = resolve(n)
+	if isNull(n) {
+		d.c.Auth.ACL = nil
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return d.errorf(n, path, "must be a list of rules ({user, action, pattern, permission}), got %s", kindName(n))
+	}
+	rules := make([]auth.Rule, 0, len(n.Content))
+	for i, e := range n.Content {
+		rpath := fmt.Sprintf("%s[%d]", path, i)
+		d.c.origin[rpath] = origin{file: d.file, line: resolve(e).Line}
+		var r auth.Rule
+		d.fail(d.section(d.tagged(&r))(e, rpath))
+		rules = append(rules, r)
+	}
+	d.c.Auth.ACL = rules
+	return nil
 }
 
 // declared decodes queues.declared: each queue starts from the defaults
@@ -125,10 +156,17 @@ func (d *decoder) declared(n *yaml.Node, path string) error {
 		qpath := join(path, p.key.Value)
 		d.c.origin[qpath] = origin{file: d.file, line: p.key.Line}
 		o := d.c.Queues.Defaults
+		maxDelay := time.Duration(-1)
 		// A queue with a setting that cannot be read is declared with the
 		// others all the same, so that Validate checks them too.
-		d.fail(d.section(d.tagged(&o))(p.value, qpath))
+		d.fail(d.section(append(d.tagged(&o), field{"max_delay", d.leaf(&maxDelay)}))(p.value, qpath))
 		d.c.Queues.Declared[p.key.Value] = o
+		if _, set := d.c.origin[qpath+".max_delay"]; set {
+			if d.c.Queues.DeclaredMaxDelay == nil {
+				d.c.Queues.DeclaredMaxDelay = map[string]time.Duration{}
+			}
+			d.c.Queues.DeclaredMaxDelay[p.key.Value] = maxDelay
+		}
 	}
 	return nil
 }

@@ -158,8 +158,12 @@ func TestDeployComposeNodesStart(t *testing.T) {
 			if cfg.NodeID != name {
 				t.Errorf("node_id %q, want %q", cfg.NodeID, name)
 			}
-			if cfg.HTTP != config.DefaultHTTP {
-				t.Errorf("listen.http %q, want the default %q", cfg.HTTP, config.DefaultHTTP)
+			if _, port, _ := net.SplitHostPort(cfg.HTTP); port != defaultHTTPPort() {
+				t.Errorf("listen.http %q, want the default port %s", cfg.HTTP, defaultHTTPPort())
+			}
+			// Open inside the container: credentials said explicitly.
+			if config.Loopback(cfg.MQTT) || !cfg.AnonymousAllowed() || cfg.Admin.Token == "" {
+				t.Errorf("listen.mqtt %q, anonymous %v, token %q: want every address, anonymous clients and a token", cfg.MQTT, cfg.AnonymousAllowed(), cfg.Admin.Token)
 			}
 			var data string
 			for _, v := range s.Volumes {
@@ -186,8 +190,14 @@ func TestDeployComposeNodesStart(t *testing.T) {
 
 // TestDeployPrometheusConfigs checks that both scrape configs scrape
 // shardq's HTTP port and load rules that exist.
-func TestDeployPrometheusConfigs(t *testing.T) {
+// defaultHTTPPort is the port of the default HTTP address.
+func defaultHTTPPort() string {
 	_, port, _ := net.SplitHostPort(config.DefaultHTTP)
+	return port
+}
+
+func TestDeployPrometheusConfigs(t *testing.T) {
+	port := defaultHTTPPort()
 	type promConfig struct {
 		ScrapeConfigs []struct {
 			JobName       string `yaml:"job_name"`
@@ -406,7 +416,16 @@ func TestDeployDockerfile(t *testing.T) {
 	if len(bin) != 1 || !slices.Contains(img.copies, bin[0]) {
 		t.Fatalf("ENTRYPOINT %v: want the shardq binary the final stage copies (%v)", bin, img.copies)
 	}
-	cfg := loadConfig(t, img.cmd, img.env)
+	// The image listens on every address: it refuses to start without
+	// credentials, naming the listeners, and starts with those of the
+	// Dockerfile's docker run line.
+	_, err := config.Load(img.cmd[1:], func(k string) string { return img.env[k] })
+	for _, want := range []string{"listen.mqtt:", "listen.http:", "SHARDQ_ADMIN_TOKEN"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("the image without credentials: %v, want a refusal naming %s", err, want)
+		}
+	}
+	cfg := loadConfig(t, img.cmd, maps(img.env, map[string]string{"SHARDQ_ALLOW_ANONYMOUS": "true", "SHARDQ_ADMIN_TOKEN": "t"}))
 	if !slices.Contains(img.volumes, cfg.DataDir) || !slices.Contains(img.copies, cfg.DataDir) {
 		t.Errorf("data dir %s: want it a VOLUME, made (owned by the user) in the image; volumes %v", cfg.DataDir, img.volumes)
 	}
@@ -492,7 +511,26 @@ func TestDeploySystemdUnit(t *testing.T) {
 		k, v, _ := strings.Cut(e, "=")
 		env[k] = v
 	}
-	cfg := loadConfig(t, args[1:], env)
+	// The unit listens on every address: it starts with the users file
+	// and the token file its comment has the operator make, not without.
+	if _, err := config.Load(args[2:], func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "listen.http:") {
+		t.Errorf("the unit without its token: %v, want a refusal naming listen.http", err)
+	}
+	if ef := u.values("Service", "EnvironmentFile"); len(ef) != 1 || strings.HasPrefix(ef[0], "-") {
+		t.Errorf("EnvironmentFile=%v: want one, required (it holds the token)", ef)
+	}
+	if r := u.values("Service", "ExecReload"); len(r) != 1 || !strings.Contains(r[0], "-HUP $MAINPID") {
+		t.Errorf("ExecReload=%v: want SIGHUP, which reloads users, ACL and certificates", r)
+	}
+	users := filepath.Join(t.TempDir(), "users")
+	if err := os.WriteFile(users, []byte("# shardq passwd alice > users\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	installed := maps(env, map[string]string{"SHARDQ_USERS_FILE": users, "SHARDQ_ADMIN_TOKEN": "t"})
+	cfg := loadConfig(t, args[1:], installed)
+	if cfg.AnonymousAllowed() || config.Loopback(cfg.MQTT) {
+		t.Errorf("the unit serves %s with anonymous clients %v: want every address, users only", cfg.MQTT, cfg.AnonymousAllowed())
+	}
 
 	hardening := map[string]string{
 		"NoNewPrivileges":         "yes",

@@ -13,8 +13,10 @@ func reasonFor(err error) packets.Code {
 	switch {
 	case err == nil:
 		return packets.CodeSuccess
-	case errors.Is(err, queue.ErrQueueFull):
+	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, ErrQuotaExceeded):
 		return packets.ErrQuotaExceeded
+	case errors.Is(err, ErrNotAuthorized):
+		return packets.ErrNotAuthorized
 	case errors.Is(err, queue.ErrInvalidTopic), errors.Is(err, queue.ErrNoSuchQueue):
 		return packets.ErrTopicNameInvalid
 	case errors.Is(err, queue.ErrTooLarge):

@@ -30,6 +30,10 @@ type Options struct {
 	// back as Server Keep Alive); 0 means no cap.
 	MaxKeepAlive uint16
 	Logger       *slog.Logger
+
+	// Admit, when set, decides each $queue/ publish before it is
+	// enqueued (access control); see Admit.
+	Admit Admit
 }
 
 // Hook is the mochi hook that turns $queue/ topics into queues. It is the

@@ -31,6 +31,9 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if err == nil && t.Verb != "" {
 		return h.settleExplicit(cl, pk, t)
 	}
+	if err == nil && h.opts.Admit != nil {
+		err = h.opts.Admit(cl, t.Queue)
+	}
 	var msg *queue.Message
 	if err == nil {
 		msg, err = messageFrom(cl, pk, t)

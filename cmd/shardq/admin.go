@@ -25,13 +25,13 @@ import (
 // adminOptions are the flags of the admin commands; each command registers
 // only its own.
 type adminOptions struct {
-	server, token string
-	json          bool
-	partition     int
-	from          string
-	limit         int
-	dlq           bool
-	ids           stringList
+	server, token, cacert string
+	json                  bool
+	partition             int
+	from                  string
+	limit                 int
+	dlq                   bool
+	ids                   stringList
 }
 
 // adminCall is one run of an admin command.
@@ -150,7 +150,7 @@ type usageErr struct{ msg string }
 
 func (e usageErr) Error() string { return e.msg }
 
-const defaultServer = "http://127.0.0.1" + config.DefaultHTTP
+const defaultServer = "http://" + config.DefaultHTTP
 
 // adminCommand runs the admin commands: args[0] is queues, queue, group or
 // dlq. It returns 0 on success, 1 when the call failed and 2 for bad usage.
@@ -182,9 +182,10 @@ func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		spec.flags(c.flags, o)
 	}
 	c.flags.StringVar(&o.server, "server", defaultServer, "the node's HTTP `URL`")
-	c.flags.StringVar(&o.token, "token", "", "the node's http.admin_token, sent as a bearer `TOKEN`")
+	c.flags.StringVar(&o.token, "token", "", "the node's http.admin_token, sent as a bearer `TOKEN` (every call needs it when the node has one)")
 	c.flags.BoolVar(&o.json, "json", false, "print the API's JSON instead of tables")
-	c.env["server"], c.env["token"] = "SHARDQ_SERVER", "SHARDQ_TOKEN"
+	c.flags.StringVar(&o.cacert, "cacert", "", "a PEM `FILE` of the CAs that signed an https server's certificate (default: the system's)")
+	c.env["server"], c.env["token"], c.env["cacert"] = "SHARDQ_SERVER", "SHARDQ_TOKEN", "SHARDQ_CACERT"
 	pos, err := c.parse(rest, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		c.usage(stdout)
@@ -198,8 +199,12 @@ func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	case spec.nargs < 0 && len(pos) < 1:
 		return c.fail(stderr, "want a queue name")
 	}
+	hc, err := httpClient(o.cacert, 5*time.Minute)
+	if err != nil {
+		return c.fail(stderr, "%v", err)
+	}
 	a := &adminCall{
-		c:    &adminClient{server: strings.TrimRight(o.server, "/"), token: o.token, http: &http.Client{Timeout: 5 * time.Minute}},
+		c:    &adminClient{server: strings.TrimRight(o.server, "/"), token: o.token, http: hc},
 		out:  &printer{w: stdout, json: o.json},
 		pos:  pos,
 		opts: o,

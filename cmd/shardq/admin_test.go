@@ -123,7 +123,7 @@ func jsonOf[T any](t *testing.T, out string) T {
 
 func jobs(t *testing.T, server string) broker.QueueView {
 	t.Helper()
-	return jsonOf[broker.QueueView](t, must(t, "queue", "show", "jobs", "--server", server, "--json"))
+	return jsonOf[broker.QueueView](t, must(t, "queue", "show", "jobs", "--server", server, "--json", "--token", cliToken))
 }
 
 func TestAdminCommands(t *testing.T) {
@@ -152,29 +152,31 @@ func TestAdminCommands(t *testing.T) {
 	waitUntil(t, func() bool { return jobs(t, server).DLQ.Depth == 3 })
 
 	t.Run("queues", func(t *testing.T) {
-		out := must(t, "queues", "--server", server)
+		out := must(t, "queues", "--server", server, "--token", cliToken)
 		if !strings.Contains(out, "QUEUE") || !strings.Contains(out, "jobs") || !strings.Contains(out, "config") {
 			t.Errorf("queues table:\n%s", out)
 		}
-		l := jsonOf[broker.QueueList](t, must(t, "queues", "--json", "--server", server))
+		l := jsonOf[broker.QueueList](t, must(t, "queues", "--json", "--server", server, "--token", cliToken))
 		if l.Node != "node-cli" || len(l.Queues) != 1 || l.Queues[0].DLQ.Depth != 3 {
 			t.Errorf("queues --json: %+v", l)
 		}
 		// SHARDQ_SERVER stands in for --server.
 		t.Setenv("SHARDQ_SERVER", server)
+		t.Setenv("SHARDQ_TOKEN", cliToken)
 		if out := must(t, "queues"); !strings.Contains(out, "jobs") {
 			t.Errorf("queues with SHARDQ_SERVER:\n%s", out)
 		}
 	})
 
 	t.Run("queue show", func(t *testing.T) {
-		out := must(t, "queue", "show", "jobs", "--server", server)
+		out := must(t, "queue", "show", "jobs", "--server", server, "--token", cliToken)
 		for _, want := range []string{"queue jobs on node-cli", "max_deliveries=1", "PARTITION", "workers", "dead-letter queue jobs/$dlq"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("queue show lacks %q:\n%s", want, out)
 			}
 		}
-		fails(t, 1, "no such queue", "queue", "show", "nope", "--server", server)
+		fails(t, 1, "no such queue", "queue", "show", "nope", "--server", server, "--token", cliToken)
+		fails(t, 1, "missing bearer token", "queue", "show", "jobs", "--server", server)
 		fails(t, 2, "want 1 argument", "queue", "show", "--server", server)
 		fails(t, 2, "unknown command", "queue", "frob", "jobs", "--server", server)
 		fails(t, 1, "connection refused", "queue", "show", "jobs", "--server", "http://127.0.0.1:1")
@@ -182,19 +184,19 @@ func TestAdminCommands(t *testing.T) {
 
 	var letters []broker.MessageView
 	t.Run("queue peek", func(t *testing.T) {
-		out := must(t, "queue", "peek", "jobs", "--server", server, "--limit", "2")
+		out := must(t, "queue", "peek", "jobs", "--server", server, "--limit", "2", "--token", cliToken)
 		if strings.Count(out, "$queue/jobs/eu") != 2 || !strings.Contains(out, `"j0"`) {
 			t.Errorf("peek --limit 2:\n%s", out)
 		}
-		out = must(t, "queue", "peek", "jobs", "--dlq", "--server", server)
+		out = must(t, "queue", "peek", "jobs", "--dlq", "--server", server, "--token", cliToken)
 		if strings.Count(out, "max-deliveries") != 3 {
 			t.Errorf("peek --dlq:\n%s", out)
 		}
-		letters = jsonOf[broker.MessageList](t, must(t, "queue", "peek", "jobs", "--dlq", "--json", "--server", server)).Messages
+		letters = jsonOf[broker.MessageList](t, must(t, "queue", "peek", "jobs", "--dlq", "--json", "--server", server, "--token", cliToken)).Messages
 		if len(letters) != 3 {
 			t.Fatalf("%d dead letters, want 3", len(letters))
 		}
-		fails(t, 1, "partition", "queue", "peek", "jobs", "--partition", "99", "--server", server)
+		fails(t, 1, "partition", "queue", "peek", "jobs", "--partition", "99", "--server", server, "--token", cliToken)
 	})
 
 	t.Run("dlq replay", func(t *testing.T) {

@@ -27,6 +27,7 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"group"}, []string{"usage: shardq group <subcommand>", "delete QUEUE GROUP"}},
 		{[]string{"dlq", "replay"}, []string{"usage: shardq dlq replay QUEUE", "--id MSGID"}},
 		{[]string{"migrate-shards"}, []string{"usage: shardq migrate-shards", "--data-dir DIR", "--verify MODE"}},
+		{[]string{"passwd"}, []string{"usage: shardq passwd USER", "--cost N"}},
 	}
 	for _, c := range commands {
 		forms := [][]string{
@@ -69,9 +70,13 @@ func TestCLIServeHelpListsEveryFlag(t *testing.T) {
 	for _, f := range [][3]string{
 		{"--config FILE", "none", "SHARDQ_CONFIG"},
 		{"--data-dir DIR", "./data", "SHARDQ_DATA_DIR"},
-		{"--mqtt ADDR", ":1883", "SHARDQ_MQTT"},
-		{"--ws ADDR", ":8083", "SHARDQ_WS"},
-		{"--http ADDR", ":8990", "SHARDQ_HTTP"},
+		{"--mqtt ADDR", "127.0.0.1:1883", "SHARDQ_MQTT"},
+		{"--ws ADDR", "127.0.0.1:8083", "SHARDQ_WS"},
+		{"--http ADDR", "127.0.0.1:8990", "SHARDQ_HTTP"},
+		{"--mqtts ADDR", "none", "SHARDQ_MQTTS"},
+		{"--users-file FILE", "none", "SHARDQ_USERS_FILE"},
+		{"--allow-anonymous BOOL", "false", "SHARDQ_ALLOW_ANONYMOUS"},
+		{"--admin-token TOKEN", "none", "SHARDQ_ADMIN_TOKEN"},
 		{"--node-id ID", "the host name", "SHARDQ_NODE_ID"},
 		{"--log-level LEVEL", "info", "SHARDQ_LOG_LEVEL"},
 	} {
@@ -115,8 +120,8 @@ func TestCLICommandsTakeOnlyTheirFlags(t *testing.T) {
 	}
 	// Each command takes its own.
 	_, server := startNode(t)
-	must(t, "queue", "peek", "jobs", "--partition", "0", "--limit", "1", "--dlq", "--server", server)
-	must(t, "queue", "show", "jobs", "--json", "--server", server)
+	must(t, "queue", "peek", "jobs", "--partition", "0", "--limit", "1", "--dlq", "--server", server, "--token", cliToken)
+	must(t, "queue", "show", "jobs", "--json", "--server", server, "--token", cliToken)
 }
 
 func TestCLIVersion(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/shardq/shardq/config"
 )
 
 const healthUsage = `usage: shardq health [--server URL] [--ready] [--timeout DURATION]
@@ -31,6 +34,8 @@ func healthCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	c.env["server"] = "SHARDQ_SERVER"
 	ready := c.flags.Bool("ready", false, "check /readyz rather than /healthz")
 	timeout := c.flags.Duration("timeout", 5*time.Second, "how long to wait for the answer")
+	cacert := c.flags.String("cacert", "", "a PEM `FILE` of the CAs that signed an https node's certificate (default: the system's)")
+	c.env["cacert"] = "SHARDQ_CACERT"
 	pos, err := c.parse(args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		c.usage(stdout)
@@ -57,7 +62,11 @@ func healthCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 		fmt.Fprintf(stderr, "shardq health: %v\n", err)
 		return 2
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc, err := httpClient(*cacert, 0)
+	if err != nil {
+		return c.fail(stderr, "%v", err)
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "shardq health: %v\n", err)
 		return 1
@@ -71,6 +80,23 @@ func healthCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	}
 	fmt.Fprintln(stdout, answer)
 	return 0
+}
+
+// httpClient returns the client of the commands that call a node:
+// trusting the CAs of the PEM file cacert for https, or the system's.
+func httpClient(cacert string, timeout time.Duration) (*http.Client, error) {
+	c := &http.Client{Timeout: timeout}
+	if cacert == "" {
+		return c, nil
+	}
+	pool, err := config.LoadCertPool(cacert)
+	if err != nil {
+		return nil, fmt.Errorf("--cacert: %v", err)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	c.Transport = t
+	return c, nil
 }
 
 // healthServer returns the node shardq health asks when neither --server

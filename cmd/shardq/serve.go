@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/shardq/shardq/broker"
@@ -18,7 +20,15 @@ import (
 // serve runs shardq serve until ctx is done, then drains the node. It
 // returns 0 after a clean shutdown, 1 when the node failed and 2 for an
 // invalid configuration, which it reports whole before opening anything.
+//
+// SIGHUP reads the configuration again (the same flags, file and
+// environment) and reloads the users, the ACL, the admin token and the
+// certificates; an invalid configuration is logged and changes nothing.
+// It never stops the node.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, err := config.Load(args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		config.Usage(stdout)
@@ -39,12 +49,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- b.Serve() }()
-	select {
-	case err := <-served:
-		log.Error("stopped", "err", err)
-		_ = b.Shutdown(context.Background())
-		return 1
-	case <-ctx.Done():
+	for stop := false; !stop; {
+		select {
+		case err := <-served:
+			log.Error("stopped", "err", err)
+			_ = b.Shutdown(context.Background())
+			return 1
+		case <-hup:
+			log.Info("SIGHUP: reloading users, ACL and certificates")
+			_ = b.Reload(func() (*config.Config, error) { return config.Load(args, os.Getenv) }) // logs its outcome
+		case <-ctx.Done():
+			stop = true
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shardq/shardq/auth"
 )
 
 // TestServeRefusesBadConfiguration checks that `shardq serve` with an
@@ -36,6 +38,10 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		{"bad address", []string{"--mqtt", "1883"}, "--mqtt"},
 		{"bad log level", []string{"--log-level", "loud"}, "log_level"},
 		{"fraction", []string{"--config", file("e.yaml", "queues:\n  defaults:\n    partitions: 2.5\n")}, "queues.defaults.partitions: must be an integer"},
+		{"open mqtt without users", []string{"--mqtt", "0.0.0.0:0"}, `listen.mqtt: "0.0.0.0:0" is not a loopback address`},
+		{"open http without a token", []string{"--http", ":0"}, `listen.http: ":0" is not a loopback address: the admin API needs http.admin_token`},
+		{"missing users file", []string{"--users-file", filepath.Join(dir, "users")}, "auth.users_file: cannot read"},
+		{"bad acl", []string{"--config", file("f.yaml", "auth:\n  acl:\n    - {user: x, action: read, pattern: a, permission: allow}\n")}, "f.yaml:3: auth.acl[0].action"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -68,5 +74,39 @@ func TestServeReportsEveryError(t *testing.T) {
 	}
 	if got := strings.Split(strings.TrimSpace(errb.String()), "\n"); code != 2 || !slices.Equal(got, want) {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 2 and:\n%s", code, errb.String(), strings.Join(want, "\n"))
+	}
+}
+
+// TestServePasswd checks shardq passwd: the line it prints for a password
+// on standard input authenticates that password, and bad input is refused.
+func TestServePasswd(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := passwdCommand([]string{"alice", "--cost", "4"}, strings.NewReader("s3cret pass\n"), nil, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	line := strings.TrimSpace(out.String())
+	users, err := auth.ParseUsers(strings.NewReader(line))
+	if err != nil || !strings.HasPrefix(line, "alice:$2a$04$") {
+		t.Fatalf("printed %q: %v", line, err)
+	}
+	if !users.Authenticate("alice", "s3cret pass") || users.Authenticate("alice", "s3cret") {
+		t.Error("the printed hash does not check the password")
+	}
+	for _, tc := range []struct {
+		args  []string
+		stdin string
+		code  int
+		want  string
+	}{
+		{[]string{}, "x\n", 2, "want one argument"},
+		{[]string{"a:b"}, "x\n", 2, "holds ':'"},
+		{[]string{"alice", "--cost", "99"}, "x\n", 2, "--cost must be from 4 to 31"},
+		{[]string{"alice"}, "\n", 1, "must be 1 to 72 bytes"},
+		{[]string{"alice"}, "", 1, "reading the password"},
+	} {
+		var out, errb bytes.Buffer
+		if code := passwdCommand(tc.args, strings.NewReader(tc.stdin), nil, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("passwd %v: exit %d, stderr %q; want %d mentioning %q", tc.args, code, errb.String(), tc.code, tc.want)
+		}
 	}
 }

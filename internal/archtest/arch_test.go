@@ -30,6 +30,7 @@ const (
 	pahoV3     = "github.com/eclipse/paho.mqtt.golang/..."
 	prometheus = "github.com/prometheus/..."
 	yaml       = "gopkg.in/yaml.v3"
+	xcrypto    = "golang.org/x/crypto/..."
 )
 
 // mod returns the pattern of a package of this module.
@@ -80,9 +81,16 @@ var rules = []rule{
 		forbidden: []string{mod("storage/..."), mod("hooks/..."), mod("broker/..."), mochi, badger},
 	},
 	{
-		name:      "config: standard library, yaml and queue",
+		name:      "auth: standard library and x/crypto only",
+		pkgs:      mod("auth/..."),
+		internal:  []string{},
+		external:  []string{xcrypto},
+		forbidden: []string{mod("..."), mochi, badger, etcd, grpc, paho, pahoV3},
+	},
+	{
+		name:      "config: standard library, yaml, queue and auth",
 		pkgs:      mod("config/..."),
-		internal:  []string{mod("queue"), mod("config/...")},
+		internal:  []string{mod("queue"), mod("auth"), mod("config/...")},
 		external:  []string{yaml},
 		forbidden: []string{mod("storage/..."), mod("hooks/..."), mod("broker/..."), mod("cluster/..."), mochi, badger, etcd, grpc, paho, pahoV3},
 	},

@@ -1,0 +1,140 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardq/shardq/config"
+	"github.com/shardq/shardq/hooks"
+	"github.com/shardq/shardq/queue"
+)
+
+// limitedQueues is the queue service the MQTT hook sees: the node's
+// manager with the limits of the config in front of it. A queue past
+// limits.max_queues is not auto-created (hooks.ErrQuotaExceeded, 0x97), a
+// delay past the queue's max_delay is refused (hooks.ErrDelayTooLong,
+// 0x99), and refusals of full queues are counted.
+type limitedQueues struct {
+	*queue.Manager
+	cfg *config.Config
+	sec *securityMetrics
+	// create serialises the auto-creation of queues while a limit holds,
+	// so that concurrent publishes to new names cannot pass it together.
+	create sync.Mutex
+}
+
+var _ queue.Service = (*limitedQueues)(nil)
+
+// parentQueue returns the queue a name belongs to: q for q and q/$dlq.
+func parentQueue(name string) string {
+	return strings.TrimSuffix(name, "/$dlq")
+}
+
+// Publish checks the limits, then publishes.
+func (l *limitedQueues) Publish(ctx context.Context, name string, msg *queue.Message, done func(error)) {
+	if err := l.ensure(ctx, name); err != nil {
+		done(err)
+		return
+	}
+	if !msg.NotBefore.IsZero() {
+		if err := l.checkDelay(name, msg.NotBefore); err != nil {
+			done(err)
+			return
+		}
+	}
+	l.Manager.Publish(ctx, name, msg, func(err error) {
+		if err != nil && errors.Is(err, queue.ErrQueueFull) {
+			l.sec.limit(limitQueueFull)
+		}
+		done(err)
+	})
+}
+
+// Partitions checks the queue limit, then opens the queue.
+func (l *limitedQueues) Partitions(ctx context.Context, name string) (int, error) {
+	if err := l.ensure(ctx, name); err != nil {
+		return 0, err
+	}
+	return l.Manager.Partitions(ctx, name)
+}
+
+// Subscribe checks the queue limit, then subscribes.
+func (l *limitedQueues) Subscribe(ctx context.Context, f queue.Filter, r queue.Receiver, o queue.ConsumerOptions) (queue.Subscription, error) {
+	if err := l.ensure(ctx, f.Queue); err != nil {
+		return nil, err
+	}
+	return l.Manager.Subscribe(ctx, f, r, o)
+}
+
+// wouldCreate reports whether a publish or subscription to name would
+// auto-create a queue past limits.max_queues.
+func (l *limitedQueues) wouldExceed(name string) bool {
+	max := l.cfg.Limits.MaxQueues
+	if max <= 0 || !l.cfg.Queues.AutoCreate {
+		return false
+	}
+	parent := parentQueue(name)
+	return queue.ValidQueueName(parent) && l.Manager.Queue(parent) == nil && l.count() >= max
+}
+
+// ensure creates the queue of name, if it is to be auto-created and the
+// limit allows it; the manager decides everything else.
+func (l *limitedQueues) ensure(ctx context.Context, name string) error {
+	max := l.cfg.Limits.MaxQueues
+	if max <= 0 || !l.cfg.Queues.AutoCreate {
+		return nil
+	}
+	parent := parentQueue(name)
+	if l.Manager.Queue(parent) != nil || !queue.ValidQueueName(parent) {
+		return nil
+	}
+	l.create.Lock()
+	defer l.create.Unlock()
+	if l.Manager.Queue(parent) != nil {
+		return nil
+	}
+	if n := l.count(); n >= max {
+		l.sec.limit(limitMaxQueues)
+		return fmt.Errorf("%w: limits.max_queues (%d) reached; queue %q not created", hooks.ErrQuotaExceeded, max, parent)
+	}
+	_, err := l.Manager.Open(ctx, parent)
+	return err
+}
+
+// count returns the number of queues, dead-letter queues not counted.
+func (l *limitedQueues) count() int {
+	n := 0
+	for _, q := range l.Manager.Queues() {
+		if !q.IsDLQ() {
+			n++
+		}
+	}
+	return n
+}
+
+// checkDelay refuses a delivery time past the queue's max_delay: the one
+// configured, else the queue's max_age.
+func (l *limitedQueues) checkDelay(name string, notBefore time.Time) error {
+	parent := parentQueue(name)
+	max := l.cfg.QueueMaxDelay(parent)
+	if max == 0 {
+		if q := l.Manager.Queue(parent); q != nil {
+			max = q.Options().MaxAge
+		} else {
+			o, _ := l.cfg.QueueOptions(parent)
+			max = o.MaxAge
+		}
+	}
+	if max <= 0 {
+		return nil
+	}
+	if d := time.Until(notBefore); d > max {
+		l.sec.limit(limitMaxDelay)
+		return fmt.Errorf("%w: delivery in %s, the queue's max_delay is %s", hooks.ErrDelayTooLong, d.Round(time.Second), max)
+	}
+	return nil
+}
