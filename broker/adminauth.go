@@ -88,8 +88,13 @@ func adminResources(r *http.Request) []string {
 	return []string{q}
 }
 
+// unauthorized answers 401 with the challenges of both schemes; a script
+// (X-Requested-With: XMLHttpRequest, as the web console sends) gets no
+// Basic challenge, which would make a browser open its own login dialog.
 func (a *adminAPI) unauthorized(w http.ResponseWriter, r *http.Request, msg string) {
 	w.Header().Add("WWW-Authenticate", `Bearer realm="shardq"`)
-	w.Header().Add("WWW-Authenticate", `Basic realm="shardq", charset="UTF-8"`)
+	if r.Header.Get("X-Requested-With") != "XMLHttpRequest" {
+		w.Header().Add("WWW-Authenticate", `Basic realm="shardq", charset="UTF-8"`)
+	}
 	a.fail(w, r, http.StatusUnauthorized, errors.New(msg))
 }

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/shardq/shardq/auth"
@@ -89,5 +90,18 @@ func TestSecurityAdminCredentials(t *testing.T) {
 	}
 	if n := counter(t, b, "shardq_acl_denials_total", "action", "admin"); n != 6 {
 		t.Errorf("admin denials %v, want 6", n)
+	}
+
+	// A script (the web console) is not offered Basic: a browser would
+	// open its own login dialog over the page.
+	req, _ := http.NewRequest("GET", "http://"+b.HTTPAddr()+"/api/v1/queues", nil)
+	req.Header.Set("X-Requested-With", "XMLHttpRequest")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Values("WWW-Authenticate"); resp.StatusCode != 401 || len(got) != 1 || !strings.HasPrefix(got[0], "Bearer") {
+		t.Errorf("a script's unauthenticated read: %d with challenges %q, want 401 with Bearer only", resp.StatusCode, got)
 	}
 }

@@ -29,7 +29,21 @@ import (
 
 type node struct {
 	*broker.Broker
-	base string // http://host:port
+	base  string // http://host:port
+	token string // the admin token, "" for none
+}
+
+// get reads the admin API as the test (the token's holder), not as the
+// browser.
+func (n *node) get(path string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, n.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if n.token != "" {
+		req.Header.Set("Authorization", "Bearer "+n.token)
+	}
+	return http.DefaultClient.Do(req)
 }
 
 func startNode(t *testing.T, token string) *node {
@@ -73,13 +87,13 @@ func startNode(t *testing.T, token string) *node {
 			t.Errorf("Shutdown: %v", err)
 		}
 	})
-	return &node{Broker: b, base: "http://" + b.HTTPAddr()}
+	return &node{Broker: b, base: "http://" + b.HTTPAddr(), token: token}
 }
 
 // queue reads a queue through the admin API.
 func (n *node) queue(t *testing.T, name string) broker.QueueView {
 	t.Helper()
-	res, err := http.Get(n.base + "/api/v1/queues/" + name)
+	res, err := n.get("/api/v1/queues/" + name)
 	if err != nil {
 		t.Fatalf("GET queue %s: %v", name, err)
 	}
@@ -94,7 +108,7 @@ func (n *node) queue(t *testing.T, name string) broker.QueueView {
 // messages peeks at a queue through the admin API.
 func (n *node) messages(t *testing.T, name string) []broker.MessageView {
 	t.Helper()
-	res, err := http.Get(n.base + "/api/v1/queues/" + name + "/messages?limit=100")
+	res, err := n.get("/api/v1/queues/" + name + "/messages?limit=100")
 	if err != nil {
 		t.Fatalf("peek %s: %v", name, err)
 	}

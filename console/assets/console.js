@@ -152,7 +152,9 @@ class APIError extends Error {
 }
 
 async function api(method, path, body) {
-  const headers = { Accept: 'application/json' };
+  // X-Requested-With: the node then leaves out its Basic challenge, which
+  // would make the browser open its own login dialog over the page.
+  const headers = { Accept: 'application/json', 'X-Requested-With': 'XMLHttpRequest' };
   if (state.token) headers.Authorization = 'Bearer ' + state.token;
   const init = { method, headers, cache: 'no-store' };
   if (body !== undefined) {
