@@ -283,6 +283,23 @@ func TestQueueRetentionLimits(t *testing.T) {
 			t.Fatalf("dead letter %q reason %q", d.Payload, userProp(d, "dlq-reason"))
 		}
 		dlq.puback(d, 0)
+		// The dead letter can be delivered a moment before the eviction
+		// takes the original out of its queue: a group created in that
+		// moment would start at it. Wait for the queue to be empty.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var depth uint64
+			for _, p := range b.Manager().Queue("old").Info().Partitions {
+				depth += p.Depth()
+			}
+			if depth == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("queue old still holds %d messages after its dead letter was delivered", depth)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
 		cons.subscribe(1, nil, "$queue/old")
 		cons.none(300 * time.Millisecond)
