@@ -261,6 +261,7 @@ func TestQueueRetentionLimits(t *testing.T) {
 			}
 			dlq.puback(d, 0)
 		}
+		waitDepth(t, b, "ring", 5) // the eviction is done, not only its dead letters
 		cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
 		cons.subscribe(1, nil, "$queue/ring")
 		for i := 3; i < 8; i++ {
@@ -286,20 +287,7 @@ func TestQueueRetentionLimits(t *testing.T) {
 		// The dead letter can be delivered a moment before the eviction
 		// takes the original out of its queue: a group created in that
 		// moment would start at it. Wait for the queue to be empty.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			var depth uint64
-			for _, p := range b.Manager().Queue("old").Info().Partitions {
-				depth += p.Depth()
-			}
-			if depth == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("queue old still holds %d messages after its dead letter was delivered", depth)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitDepth(t, b, "old", 0)
 		cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
 		cons.subscribe(1, nil, "$queue/old")
 		cons.none(300 * time.Millisecond)
@@ -470,5 +458,24 @@ func TestQueueDefaultShardsFollowTheDataDirectory(t *testing.T) {
 	cons.subscribe(1, nil, "$queue/kept")
 	if m := cons.next(5 * time.Second); m == nil || string(m.Payload) != "before" {
 		t.Fatalf("after the restart with the default: %v, want the message published before", m)
+	}
+}
+
+// waitDepth waits until the queue holds n messages.
+func waitDepth(t *testing.T, b *testBroker, name string, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var depth uint64
+		for _, p := range b.Manager().Queue(name).Info().Partitions {
+			depth += p.Depth()
+		}
+		if depth == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s holds %d messages, want %d", name, depth, n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
