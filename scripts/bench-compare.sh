@@ -252,8 +252,10 @@ fi
 # Idle queues: a fresh node, one message to each of IDLE_QUEUES queues.
 idle_note=""
 if ((IDLE_QUEUES > 0)); then
+	printf '# shardq for scripts/bench-compare.sh: room for the idle queues\nlimits:\n  max_queues: %d\n' \
+		$((IDLE_QUEUES + 10)) >"$work/shardq-idle.yaml"
 	free_port
-	start shardq-idle bin/shardq serve --data-dir "$work/data-idle" --mqtt "127.0.0.1:$REPLY" --ws "" --http "" --node-id bench-idle
+	start shardq-idle bin/shardq serve --config "$work/shardq-idle.yaml" --data-dir "$work/data-idle" --mqtt "127.0.0.1:$REPLY" --ws "" --http "" --node-id bench-idle
 	wait_up shardq-idle
 	if "$work/bin/queuesprobe" --broker "127.0.0.1:${port[shardq-idle]}" --pid "${pid[shardq-idle]}" \
 		-n "$IDLE_QUEUES" --json >"$work/idle.json" 2>"$work/idle.err"; then
@@ -277,7 +279,7 @@ if ((BACKLOG > 0)); then
 	wait_up shardq-backlog
 	# A fill by count measures no window (its status says NO DATA): what
 	# matters is that every message was acknowledged.
-	bin/shardq bench produce --broker "127.0.0.1:$backlog_port" --messages "$BACKLOG" --warmup 0s --json \
+	bin/shardq bench produce --broker "127.0.0.1:$backlog_port" --messages "$BACKLOG" --warmup 0s --duration 30m --json \
 		>"$work/backlog.json" 2>"$work/backlog.err" || true
 	acked=$(sed -n 's/^  "acked": \([0-9]*\),$/\1/p' "$work/backlog.json")
 	[[ ${acked:-0} == "$BACKLOG" ]] || failed+=("backlog fill: ${acked:-0} of $BACKLOG acknowledged $(head -n 1 "$work/backlog.err")")

@@ -120,7 +120,15 @@ func (c *converter) chunk(start []byte) (next []byte, err error) {
 		if prefix := o.key[:o.prefixLen]; !bytes.Equal(prefix, part) {
 			part = prefix
 			q := string(prefix[2 : len(prefix)-5])
-			if err := e.partition(q, binary.BigEndian.Uint32(prefix[len(prefix)-4:])); err != nil {
+			p := binary.BigEndian.Uint32(prefix[len(prefix)-4:])
+			if err := e.partition(q, p); err != nil {
+				return nil, err
+			}
+			// The old layout could keep messages below the low watermark
+			// (a delete inside the retained range): lookups of this
+			// partition scan from its first key until retention has
+			// deleted from the front again (see trimPoint).
+			if err := txn.Set(trimKey(q, p), trimPoint{holes: true}.encode()); err != nil {
 				return nil, err
 			}
 		}

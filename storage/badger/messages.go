@@ -3,6 +3,8 @@ package badger
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -89,6 +91,9 @@ func (s *Shard) applyAppends(w *txnWriter, appends []queue.Append) error {
 		var err error
 		if t.none || run[0].Message.Offset > t.last {
 			err = addMessages(e, run)
+			if err == nil {
+				err = holesBelowLow(w, q, p, run[0].Message.Offset)
+			}
 		} else {
 			err = mergeAppends(w, e, q, p, run)
 		}
@@ -135,10 +140,11 @@ func sortAppends(appends []queue.Append) []queue.Append {
 
 // loadTail reads a partition's tail from storage.
 func loadTail(txn *bdg.Txn, q string, p uint32) (tail, error) {
-	trim, _, err := getUint64(txn, trimKey(q, p))
+	t0, err := getTrim(txn, q, p)
 	if err != nil {
 		return tail{}, err
 	}
+	trim := t0.at
 	t := tail{none: true}
 	if trim > 0 {
 		t = tail{last: trim - 1}
@@ -163,11 +169,11 @@ func loadTail(txn *bdg.Txn, q string, p uint32) (tail, error) {
 // with it. e is directed at the partition; the caller flushes it.
 func mergeAppends(w *txnWriter, e *entryWriter, q string, p uint32, run []queue.Append) error {
 	lo, hi := run[0].Message.Offset, run[len(run)-1].Message.Offset
-	tk := trimKey(q, p)
-	trim, _, err := getUint64(w.txn, tk)
+	tp, err := getTrim(w.txn, q, p)
 	if err != nil {
 		return err
 	}
+	trim := tp.at
 	dropTrim := trim > lo
 	if dropTrim {
 		lo, hi = 0, max(hi, trim-1)
@@ -189,9 +195,9 @@ func mergeAppends(w *txnWriter, e *entryWriter, q string, p uint32, run []queue.
 	}
 	if dropTrim {
 		old = slices.DeleteFunc(old, func(r storedRecord) bool { return r.off < trim })
-		if err := w.del(tk); err != nil {
-			return err
-		}
+	}
+	if err := markHoles(w, q, p, dropTrim); err != nil {
+		return err
 	}
 	i := 0
 	for j, a := range run {
@@ -294,6 +300,12 @@ func deleteRange(w *txnWriter, r queue.RangeDelete) error {
 	if err != nil || (found && low >= r.To) {
 		return err
 	}
+	if r.From >= r.To {
+		// The watermark moves past messages it does not delete.
+		if err := markHoles(w, r.Queue, p, false); err != nil {
+			return err
+		}
+	}
 	return w.set(lk, putU64(r.To))
 }
 
@@ -309,35 +321,34 @@ func deleteRange(w *txnWriter, r queue.RangeDelete) error {
 // cuts again without the deleted records.
 func deleteMessages(w *txnWriter, q string, p uint32, from, to uint64) error {
 	prefix := partitionPrefix(kindMessage, q, p)
-	k, ok := edgeKey(w.txn, prefix, prefix, false)
-	if !ok {
-		return nil
+	k, ok, err := frontEntry(w.lookup(), q, p)
+	if err != nil || !ok {
+		return err
 	}
 	first, _, ok := entrySpan(k, len(prefix))
 	if !ok {
 		return badEntryKey(k)
 	}
 	if first < from {
-		trim, _, err := getUint64(w.txn, trimKey(q, p))
+		t, err := getTrim(w.txn, q, p)
 		if err != nil {
 			return err
 		}
 		// Every entry ends at or after the trim point: the first message
 		// left is at the later of the two.
-		if max(first, trim) < from {
-			return cutHole(w, q, p, from, to, trim)
+		if max(first, t.at) < from {
+			return cutHole(w, q, p, from, to, t.at)
 		}
 	}
-	return trimTo(w, q, p, to)
+	return trimTo(w, q, p, k, to)
 }
 
 // trimTo deletes the entries that end below to and, if an entry holds to
 // and offsets below it, raises the trim point to to.
-func trimTo(w *txnWriter, q string, p uint32, to uint64) error {
+func trimTo(w *txnWriter, q string, p uint32, start []byte, to uint64) error {
 	prefix := partitionPrefix(kindMessage, q, p)
-	start := prefix
 	for {
-		keys, straddles, err := entriesBelow(w.txn, prefix, start, to)
+		keys, straddle, err := entriesBelow(w.lookup(), prefix, start, to)
 		if err != nil {
 			return err
 		}
@@ -346,16 +357,35 @@ func trimTo(w *txnWriter, q string, p uint32, to uint64) error {
 				return err
 			}
 		}
-		if straddles {
-			tk := trimKey(q, p)
-			trim, _, err := getUint64(w.txn, tk)
-			if err != nil || trim >= to {
+		if straddle != nil || len(keys) < deleteChunk {
+			t, err := getTrim(w.txn, q, p)
+			if err != nil {
 				return err
 			}
-			return w.set(tk, putU64(to))
-		}
-		if len(keys) < deleteChunk {
-			return nil
+			old := t
+			if t.holes {
+				// Started from the partition's first key: nothing is left
+				// below to, and to reaches the low watermark.
+				low, _, err := getUint64(w.txn, lowKey(q, p))
+				if err != nil {
+					return err
+				}
+				t.holes = to < low
+			}
+			switch {
+			case to < t.at:
+				// Below the trim point: the entry recorded as straddling it
+				// is still there, and what lies below it is hidden.
+			case straddle != nil:
+				t.first, t.last, _ = entrySpan(straddle, len(prefix))
+				t.at, t.straddle = to, true
+			default:
+				t.straddle = false // the entry it named, if any, is deleted
+			}
+			if t == old {
+				return nil
+			}
+			return w.set(trimKey(q, p), t.encode())
 		}
 		// The smallest key after the last one.
 		start = append(bytes.Clone(keys[len(keys)-1]), 0)
@@ -366,21 +396,24 @@ func trimTo(w *txnWriter, q string, p uint32, to uint64) error {
 // on, that end below to, and whether the entry after them holds to and
 // offsets below it. Its iterator is closed when it returns: a part of the
 // batch may then be committed.
-func entriesBelow(txn *bdg.Txn, prefix, start []byte, to uint64) (keys [][]byte, straddles bool, err error) {
+func entriesBelow(txn *bdg.Txn, prefix, start []byte, to uint64) (keys [][]byte, straddle []byte, err error) {
 	it := txn.NewIterator(bdg.IteratorOptions{Prefix: prefix}) // keys only
 	defer it.Close()
 	for it.Seek(start); it.Valid() && len(keys) < deleteChunk; it.Next() {
 		k := it.Item().Key()
 		first, last, ok := entrySpan(k, len(prefix))
 		if !ok {
-			return nil, false, badEntryKey(k)
+			return nil, nil, badEntryKey(k)
 		}
 		if last >= to {
-			return keys, first < to, nil
+			if first < to {
+				straddle = it.Item().KeyCopy(nil)
+			}
+			return keys, straddle, nil
 		}
 		keys = append(keys, it.Item().KeyCopy(nil))
 	}
-	return keys, false, nil
+	return keys, nil, nil
 }
 
 // cutHole deletes the messages in [from, to) of a partition that keeps
@@ -419,7 +452,35 @@ func cutHole(w *txnWriter, q string, p uint32, from, to, trim uint64) error {
 			}
 		}
 	}
-	return e.flush()
+	if err := e.flush(); err != nil {
+		return err
+	}
+	return markHoles(w, q, p, false)
+}
+
+// holesBelowLow marks holes (see trimPoint) when an append at first lands
+// below the low watermark, which a delete past the last message can leave
+// behind (the queue's deletes never reach past its committed offset).
+func holesBelowLow(w *txnWriter, q string, p uint32, first uint64) error {
+	low, _, err := getUint64(w.txn, lowKey(q, p))
+	if err != nil || first >= low {
+		return err
+	}
+	return markHoles(w, q, p, false)
+}
+
+// markHoles records that entries may lie below the low watermark (see
+// trimPoint); dropTrim also lets the records below the trim point show.
+func markHoles(w *txnWriter, q string, p uint32, dropTrim bool) error {
+	t, err := getTrim(w.txn, q, p)
+	if err != nil {
+		return err
+	}
+	if dropTrim {
+		t = trimPoint{}
+	}
+	t.holes, t.straddle = true, false
+	return w.set(trimKey(q, p), t.encode())
 }
 
 // Read returns up to max messages of the partition with from <= offset < to,
@@ -460,16 +521,32 @@ type reader struct {
 // last one starting at or before it, and reads it; only if more is wanted
 // does it read the entries after it with a forward iterator.
 func (r *reader) read(txn *bdg.Txn) error {
-	trim, _, err := getUint64(txn, trimKey(r.q, r.p))
+	t, err := getTrim(txn, r.q, r.p)
 	if err != nil {
 		return err
 	}
-	r.from = max(r.from, trim)
+	r.from = max(r.from, t.at)
 	if r.from >= r.to {
 		return nil
 	}
 	r.out = make([]*queue.Message, 0, min(r.max, 64))
 	prefix := partitionPrefix(kindMessage, r.q, r.p)
+	// Reading from the oldest live entry on, start there with a forward
+	// iterator: a reverse one would step back over retention's tombstones.
+	front, ok, err := frontEntry(txn, r.q, r.p)
+	if err != nil || !ok {
+		return err
+	}
+	if _, last, ok := entrySpan(front, r.prefixLen); ok && r.from <= last {
+		it := txn.NewIterator(bdg.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(front); it.Valid() && !r.done(); it.Next() {
+			if err := r.take(it.Item()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	next := entryKey(r.q, r.p, r.from, 0)
 	it := txn.NewIterator(bdg.IteratorOptions{Prefix: prefix, Reverse: true})
 	it.Seek(entryKey(r.q, r.p, r.from, math.MaxUint64))
@@ -569,7 +646,10 @@ func bounds(txn *bdg.Txn, q string, p uint32) (first, next uint64, err error) {
 		return 0, 0, err
 	}
 	prefix := partitionPrefix(kindMessage, q, p)
-	firstKey, ok := edgeKey(txn, prefix, prefix, false)
+	firstKey, ok, err := frontEntry(txn, q, p)
+	if err != nil {
+		return 0, 0, err
+	}
 	if !ok {
 		return low, low, nil
 	}
@@ -601,4 +681,111 @@ func edgeKey(txn *bdg.Txn, prefix, seek []byte, reverse bool) ([]byte, bool) {
 		return nil, false
 	}
 	return it.Item().KeyCopy(nil), true
+}
+
+// trimPoint is a partition's trim point and, when an entry holds offsets
+// on both sides of it, that entry's span. Knowing the straddling entry
+// lets every lookup of the partition's oldest entry seek straight to it:
+// the keys before it are deleted, and an iterator that started at the
+// partition's first key would step over every tombstone retention left
+// there since the last compaction (one per committed batch).
+//
+// holes is set once a write left entries below the low watermark (a
+// delete that keeps messages below its range, an append below the trim
+// point: the queue makes neither): lookups then scan from the partition's
+// first key, until a delete from there leaves nothing below the watermark.
+type trimPoint struct {
+	at          uint64
+	straddle    bool
+	holes       bool
+	first, last uint64 // the straddling entry, when straddle
+}
+
+// getTrim reads the trim record: 8 bytes, or 25 with flags and a
+// straddling entry.
+func getTrim(txn *bdg.Txn, q string, p uint32) (trimPoint, error) {
+	item, err := txn.Get(trimKey(q, p))
+	if errors.Is(err, bdg.ErrKeyNotFound) {
+		return trimPoint{}, nil
+	}
+	var t trimPoint
+	if err == nil {
+		err = item.Value(func(v []byte) error {
+			switch len(v) {
+			case 8:
+				t.at = binary.BigEndian.Uint64(v)
+			case 25:
+				t.at = binary.BigEndian.Uint64(v)
+				t.straddle, t.holes = v[8]&trimStraddle != 0, v[8]&trimHoles != 0
+				t.first, t.last = binary.BigEndian.Uint64(v[9:]), binary.BigEndian.Uint64(v[17:])
+			default:
+				return fmt.Errorf("%w: %d-byte trim record", ErrCorruptRecord, len(v))
+			}
+			return nil
+		})
+	}
+	return t, err
+}
+
+// Flags of a 25-byte trim record.
+const (
+	trimStraddle byte = 1 << iota
+	trimHoles
+)
+
+func (t trimPoint) encode() []byte {
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 25), t.at)
+	if !t.straddle && !t.holes {
+		return v
+	}
+	var flags byte
+	if t.straddle {
+		flags |= trimStraddle
+	}
+	if t.holes {
+		flags |= trimHoles
+	}
+	v = append(v, flags)
+	v = binary.BigEndian.AppendUint64(v, t.first)
+	return binary.BigEndian.AppendUint64(v, t.last)
+}
+
+// frontKey returns a key at or before the partition's oldest live entry
+// and after every entry retention deleted: the straddling entry's, else
+// the first possible key at the low watermark.
+func frontKey(txn *bdg.Txn, q string, p uint32) ([]byte, error) {
+	low, _, err := getUint64(txn, lowKey(q, p))
+	if err != nil {
+		return nil, err
+	}
+	t, err := getTrim(txn, q, p)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case t.holes:
+		return partitionPrefix(kindMessage, q, p), nil
+	case t.straddle && t.last >= low:
+		return entryKey(q, p, t.first, t.last), nil
+	}
+	return entryKey(q, p, low, 0), nil
+}
+
+// frontEntry returns the key of the partition's oldest live entry.
+func frontEntry(txn *bdg.Txn, q string, p uint32) ([]byte, bool, error) {
+	start, err := frontKey(txn, q, p)
+	if err != nil {
+		return nil, false, err
+	}
+	k, ok := edgeKey(txn, partitionPrefix(kindMessage, q, p), start, false)
+	return k, ok, nil
+}
+
+// lookup is the transaction a delete reads entries from: the write
+// transaction, or the snapshot Shard.apply chose for it.
+func (w *txnWriter) lookup() *bdg.Txn {
+	if w.useSnap {
+		return w.snapshot()
+	}
+	return w.txn
 }

@@ -63,11 +63,11 @@ func trimOf(t *testing.T, sh *Shard, q string, p uint32) uint64 {
 	t.Helper()
 	txn := sh.db.NewTransaction(false)
 	defer txn.Discard()
-	v, _, err := getUint64(txn, trimKey(q, p))
+	tp, err := getTrim(txn, q, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v
+	return tp.at
 }
 
 // TestStoreEntryLayout follows a partition's entries on disk through
@@ -290,5 +290,46 @@ func compareShards(t *testing.T, step int, got, want queue.Shard, p int, rng *ra
 					step, p, r[0], r[1], r[2], i, g[i].Offset, g[i].Payload, w[i].Offset, w[i].Payload)
 			}
 		}
+	}
+}
+
+// TestStoreRetentionSeeksToTheFront runs the queue's pattern, batches
+// appended at the tail and deleted from the front, and checks that every
+// lookup of the oldest entry can seek straight to it: the trim record names
+// the entry straddling the trim point and no holes, so nothing steps over
+// the tombstones retention left before it.
+func TestStoreRetentionSeeksToTheFront(t *testing.T) {
+	st := openTest(t, t.TempDir(), testOptions(1))
+	defer st.Close()
+	sh := st.Shard(0)
+	var next, from uint64
+	for round := range 50 {
+		mustWrite(t, sh, &queue.Batch{Appends: appendsAt("q", 0, round, span(next, next+20)...)})
+		next += 20
+		to := next - 7 // inside the last batch: it straddles the new trim point
+		mustWrite(t, sh, &queue.Batch{Deletes: []queue.RangeDelete{{Queue: "q", Partition: 0, From: from, To: to}}})
+		from = to
+		txn := sh.db.NewTransaction(false)
+		tp, err := getTrim(txn, "q", 0)
+		front, ferr := frontKey(txn, "q", 0)
+		txn.Discard()
+		if err != nil || ferr != nil {
+			t.Fatal(err, ferr)
+		}
+		if tp.holes || !tp.straddle || tp.at != to || tp.first != next-20 || tp.last != next-1 {
+			t.Fatalf("round %d: trim record %+v, want the batch [%d, %d] straddling %d and no holes", round, tp, next-20, next-1, to)
+		}
+		if want := entryKey("q", 0, next-20, next-1); !bytes.Equal(front, want) {
+			t.Fatalf("round %d: front key %x, want the straddling entry's %x", round, front, want)
+		}
+	}
+	checkSpans(t, sh, "q", 0, [2]uint64{next - 20, next - 1})
+	versions := map[uint64]int{}
+	for _, off := range span(next-7, next) {
+		versions[off] = 49
+	}
+	checkRead(t, sh, "q", 0, 0, math.MaxUint64, 100, span(next-7, next), versions)
+	if first, last, err := sh.Bounds("q", 0); err != nil || first != next-7 || last != next {
+		t.Fatalf("bounds (%d, %d) %v, want (%d, %d)", first, last, err, next-7, next)
 	}
 }

@@ -116,7 +116,19 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 	if err := s.applyAppends(w, b.Appends); err != nil {
 		return err
 	}
+	// A delete looks its partition's entries up in a snapshot taken before
+	// the batch when nothing of the batch came before it in that
+	// partition: an iterator of the write transaction sorts all of the
+	// batch's writes every time it is made, and retention's deletes add a
+	// tombstone per entry.
+	touched := map[partKey]bool{}
+	for _, a := range b.Appends {
+		touched[partKey{a.Queue, uint32(a.Partition)}] = true
+	}
 	for _, r := range b.Deletes {
+		k := partKey{r.Queue, uint32(r.Partition)}
+		w.useSnap = !touched[k]
+		touched[k] = true
 		if err := deleteRange(w, r); err != nil {
 			return err
 		}
@@ -225,6 +237,19 @@ type txnWriter struct {
 	db    *bdg.DB
 	txn   *bdg.Txn
 	parts int // transactions committed
+
+	// useSnap: a delete iterates over entries in snap, a read-only view of
+	// the shard before the batch, not in txn (see Shard.apply).
+	useSnap bool
+	snap    *bdg.Txn
+}
+
+// snapshot returns the read-only view of the shard before the batch.
+func (w *txnWriter) snapshot() *bdg.Txn {
+	if w.snap == nil {
+		w.snap = w.db.NewTransaction(false)
+	}
+	return w.snap
 }
 
 func (w *txnWriter) set(k, v []byte) error {
@@ -262,7 +287,12 @@ func (w *txnWriter) commit() error {
 }
 
 // discard ends the transaction; it does nothing after a commit.
-func (w *txnWriter) discard() { w.txn.Discard() }
+func (w *txnWriter) discard() {
+	w.txn.Discard()
+	if w.snap != nil {
+		w.snap.Discard()
+	}
+}
 
 // Sync syncs the shard's write-ahead and value logs. With SyncWrites on,
 // every Write already did.
