@@ -348,8 +348,16 @@ func (m *Manager) tick(now time.Time, retain bool) {
 	m.ticking = nil
 	m.tickMu.Unlock()
 	var busy []*partition
+	every := m.opts.RetainEvery
 	for _, p := range ps {
-		if p.tick(now, retain) {
+		if p.retained.IsZero() {
+			p.retained = now.Add(-every * time.Duration(p.index%32) / 32)
+		}
+		due := now.Sub(p.retained) >= every
+		if due {
+			p.retained = now
+		}
+		if p.tick(now, due) {
 			busy = append(busy, p)
 		}
 	}

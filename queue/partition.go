@@ -27,6 +27,12 @@ type partition struct {
 	// to delete); idle partitions cost the timer nothing.
 	ticking bool
 
+	// retained is when the timer last ran the partition's retention; only
+	// the timer's goroutine touches it. Partitions start out of phase, so
+	// that their deletes (a tombstone per stored batch) spread over the
+	// retention interval instead of stalling one commit with all of them.
+	retained time.Time
+
 	// first is the oldest retained offset; next the offset the next append
 	// gets; committed the offset below which every append has finished
 	// (stored, or failed and left as a hole).
