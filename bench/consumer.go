@@ -16,16 +16,29 @@ import (
 // (shardq's key ordering) sees the ledger updated first.
 type consumer struct {
 	id     int
-	client *paho.Client
+	client *paho.Client  // QoS 2
+	wire   *wireConsumer // QoS 0 and 1
 	ledger *Ledger
 	meter  *meter
 	err    atomic.Pointer[error]
 }
 
-// dialConsumer connects consumer id and subscribes it to filter.
+// dialConsumer connects consumer id and subscribes it to filter: through
+// the lean wire client at QoS 0 and 1 (see wireConsumer), through paho at
+// QoS 2.
 func dialConsumer(ctx context.Context, cfg *Config, id int, run, filter string, l *Ledger, m *meter) (*consumer, error) {
 	c := &consumer{id: id, ledger: l, meter: m}
 	clientID := fmt.Sprintf("bench-%s-c%d", run, id)
+	if cfg.QoS < 2 {
+		dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+		defer cancel()
+		w, err := dialWire(dctx, cfg.Broker, clientID, filter, cfg.QoS, cfg.ReceiveMaximum, cfg.AckInterval, c.record)
+		if err != nil {
+			return nil, fmt.Errorf("consumer %d: %w", id, err)
+		}
+		c.wire = w
+		return c, nil
+	}
 	cp := &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 60}
 	if cfg.ReceiveMaximum > 0 {
 		rm := cfg.ReceiveMaximum
@@ -59,23 +72,24 @@ func dialConsumer(ctx context.Context, cfg *Config, id int, run, filter string, 
 	return c, nil
 }
 
-// onPublish handles one delivery, on the client's delivery goroutine.
-func (c *consumer) onPublish(pr paho.PublishReceived) (bool, error) {
+// record enters one delivery in the ledger, before it is acknowledged.
+func (c *consumer) record(payload []byte, dup bool, deliveryCount int) {
 	now := time.Now().UnixNano()
-	pub := pr.Packet
-	if h, err := parseHeader(pub.Payload); err != nil {
+	h, err := parseHeader(payload)
+	if err != nil {
 		c.ledger.Foreign()
-	} else {
-		d := Delivery{
-			Producer:    h.Producer,
-			Seq:         h.Seq,
-			Key:         h.Key,
-			Redelivered: pub.Duplicate() || deliveryCount(pub) > 1,
-		}
-		if c.ledger.Receive(d) == OutcomeFirst {
-			c.meter.delivered(h.SentAt, now)
-		}
+		return
 	}
+	d := Delivery{Producer: h.Producer, Seq: h.Seq, Key: h.Key, Redelivered: dup || deliveryCount > 1}
+	if c.ledger.Receive(d) == OutcomeFirst {
+		c.meter.delivered(h.SentAt, now)
+	}
+}
+
+// onPublish handles one delivery, on the paho client's delivery goroutine.
+func (c *consumer) onPublish(pr paho.PublishReceived) (bool, error) {
+	pub := pr.Packet
+	c.record(pub.Payload, pub.Duplicate(), deliveryCount(pub))
 	if pub.QoS > 0 {
 		if err := pr.Client.Ack(pub); err != nil {
 			return true, fmt.Errorf("consumer %d: ack: %w", c.id, err)
@@ -102,6 +116,14 @@ func (c *consumer) fail(err error) {
 
 // lostErr is the connection error, or nil while the connection is up.
 func (c *consumer) lostErr() error {
+	if c.wire != nil {
+		select {
+		case <-c.wire.done:
+			return fmt.Errorf("consumer %d: %w: %w", c.id, ErrConnectionLost, c.wire.err)
+		default:
+			return nil
+		}
+	}
 	select {
 	case <-c.client.Done():
 	default:
@@ -114,5 +136,9 @@ func (c *consumer) lostErr() error {
 }
 
 func (c *consumer) close() {
+	if c.wire != nil {
+		c.wire.close()
+		return
+	}
 	_ = c.client.Disconnect(&paho.Disconnect{ReasonCode: 0})
 }
