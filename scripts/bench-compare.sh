@@ -339,6 +339,7 @@ if [[ -n ${pid[mosquitto]:-} ]]; then
 	report_args+=(-attach "mosquitto, \`-c\` (the port changes from run to run)=$work/mosquitto.conf")
 fi
 
+report_args+=(-note "**Clients:** producers are paho.golang clients; consumers use the load generator's own MQTT 5 client (\`bench/wire.go\`: CONNECT, SUBSCRIBE, PUBLISH in, PUBACKs batched every millisecond), the same for every broker, because paho.golang's decoding of string properties cost the generator more CPU per delivery than the broker under test spent, on the cores they share.")
 [[ -n $idle_note ]] && report_args+=(-note "$idle_note")
 [[ -n $restart_note ]] && report_args+=(-note "$restart_note")
 
