@@ -160,6 +160,20 @@ var queueCounters = []struct {
 	{"shardq_leases_lost_total", "Leases that ran out (ack_timeout) before the consumer settled.", func(c queue.Counts) uint64 { return c.LeasesLost }},
 }
 
+// groupCounters are the per-group totals, labelled queue and group.
+var groupCounters = []struct {
+	name, help string
+	get        func(queue.GroupCounts) uint64
+}{
+	{"shardq_group_delivered_total", "Deliveries to the group's consumers, first and later ones.", func(c queue.GroupCounts) uint64 { return c.Delivered }},
+	{"shardq_group_redelivered_total", "Deliveries to the group after the first of a message.", func(c queue.GroupCounts) uint64 { return c.Redelivered }},
+	{"shardq_group_acked_total", "Messages the group's consumers acked.", func(c queue.GroupCounts) uint64 { return c.Acked }},
+	{"shardq_group_nacked_total", "Messages the group's consumers nacked.", func(c queue.GroupCounts) uint64 { return c.Nacked }},
+	{"shardq_group_rejected_total", "Messages the group's consumers rejected.", func(c queue.GroupCounts) uint64 { return c.Rejected }},
+	{"shardq_group_dead_lettered_total", "Messages the group moved to the dead-letter queue (rejected, max_deliveries, expired before delivery).", func(c queue.GroupCounts) uint64 { return c.DeadLettered }},
+	{"shardq_group_leases_lost_total", "Leases of the group that ran out before their consumer settled.", func(c queue.GroupCounts) uint64 { return c.LeasesLost }},
+}
+
 // mochi's server figures, as it counts them: every PUBLISH packet received
 // (queue publishes included), the PUBLISHes it sent itself (plain pub/sub;
 // queue deliveries are written by the queue hook and counted in
@@ -185,6 +199,7 @@ type collector struct {
 	b *Broker
 
 	counters []*prometheus.Desc // as queueCounters
+	groups   []*prometheus.Desc // as groupCounters
 	mqtt     []*prometheus.Desc // as mqttFigures
 
 	partitionDepth, groupConsumers, groupLag, groupLeased, groupOldest *prometheus.Desc
@@ -209,6 +224,9 @@ func newCollector(b *Broker, node prometheus.Labels) *collector {
 	for _, x := range queueCounters {
 		c.counters = append(c.counters, desc(x.name, x.help, "queue"))
 	}
+	for _, x := range groupCounters {
+		c.groups = append(c.groups, desc(x.name, x.help, "queue", "group"))
+	}
 	for _, x := range mqttFigures {
 		c.mqtt = append(c.mqtt, desc(x.name, x.help))
 	}
@@ -218,6 +236,9 @@ func newCollector(b *Broker, node prometheus.Labels) *collector {
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
+		ch <- d
+	}
+	for _, d := range c.groups {
 		ch <- d
 	}
 	for _, d := range c.mqtt {
@@ -267,9 +288,11 @@ func (c *collector) collectQueue(ch chan<- prometheus.Metric, info queue.Info, n
 	}
 	for _, g := range info.Groups {
 		ch <- prometheus.MustNewConstMetric(c.groupConsumers, prometheus.GaugeValue, float64(g.Consumers), name, g.Name)
-		// The queue keeps no per-group totals; the group's position is
-		// its count of settled offsets: those below its floor and those
-		// it settled above.
+		for i, x := range groupCounters {
+			ch <- prometheus.MustNewConstMetric(c.groups[i], prometheus.CounterValue, float64(x.get(g.Counts)), name, g.Name)
+		}
+		// The group's position: its count of settled offsets, those below
+		// its floor and those it settled above.
 		var settled uint64
 		for _, p := range g.Partitions {
 			settled += p.Floor + uint64(p.SettledAboveFloor)

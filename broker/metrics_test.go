@@ -266,6 +266,11 @@ func TestMetricsRedeliveriesAndExpiredLeases(t *testing.T) {
 		{"shardq_messages_acked_total", lbl("flaky"), 0},
 		{"shardq_group_lag", lbl("flaky", "group", "workers"), 0},
 		{"shardq_group_settled_total", lbl("flaky", "group", "workers"), 1},
+		{"shardq_group_delivered_total", lbl("flaky", "group", "workers"), 3},
+		{"shardq_group_redelivered_total", lbl("flaky", "group", "workers"), 2},
+		{"shardq_group_nacked_total", lbl("flaky", "group", "workers"), 2},
+		{"shardq_group_leases_lost_total", lbl("flaky", "group", "workers"), 1},
+		{"shardq_group_dead_lettered_total", lbl("flaky", "group", "workers"), 1},
 		{"shardq_partition_depth", lbl("flaky/$dlq"), 1},
 	})
 }
@@ -297,6 +302,9 @@ func TestMetricsGroupSettledRate(t *testing.T) {
 		{"shardq_group_settled_total", lbl("shared", "group", "slow"), 3},
 		{"shardq_group_lag", lbl("shared", "group", "slow"), 7},
 		{"shardq_messages_acked_total", lbl("shared"), 13},
+		{"shardq_group_acked_total", lbl("shared", "group", "fast"), 10},
+		{"shardq_group_acked_total", lbl("shared", "group", "slow"), 3},
+		{"shardq_group_delivered_total", lbl("shared", "group", "slow"), 4}, // one key: one message out at a time
 	})
 }
 

@@ -35,6 +35,27 @@ type group struct {
 	// starved counts the cursors with messages that had no consumer with
 	// credit: a consumer whose credit returns dispatches them (kick).
 	starved atomic.Int32
+
+	stats GroupStats
+}
+
+// GroupStats are a group's running totals since the node started.
+type GroupStats struct {
+	Delivered, Redelivered, Acked, Nacked, Rejected, DeadLettered, LeasesLost atomic.Uint64
+}
+
+// GroupCounts are a snapshot of GroupStats.
+type GroupCounts struct {
+	Delivered, Redelivered, Acked, Nacked, Rejected, DeadLettered, LeasesLost uint64
+}
+
+// Snapshot returns the totals as plain numbers.
+func (s *GroupStats) Snapshot() GroupCounts {
+	return GroupCounts{
+		Delivered: s.Delivered.Load(), Redelivered: s.Redelivered.Load(), Acked: s.Acked.Load(),
+		Nacked: s.Nacked.Load(), Rejected: s.Rejected.Load(), DeadLettered: s.DeadLettered.Load(),
+		LeasesLost: s.LeasesLost.Load(),
+	}
 }
 
 // cursor is a group's position in one partition: the JetStream-style ack
@@ -349,8 +370,10 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, 
 		cur.dirty = true
 	}
 	q.stats.Delivered.Add(1)
+	g.stats.Delivered.Add(1)
 	if prior > 0 {
 		q.stats.Redelivered.Add(1)
+		g.stats.Redelivered.Add(1)
 	}
 	c.r.Deliver(Delivery{Lease: l.ref(), Queue: q.name, Partition: cur.p.index, Message: m, Count: l.deliveries, Explicit: l.explicit})
 }

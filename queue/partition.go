@@ -186,6 +186,7 @@ func (p *partition) tick(now time.Time, retain bool) (busy bool) {
 	for p.leases.Len() > 0 && now.After(p.leases[0].deadline) {
 		l := p.leases[0]
 		q.stats.LeasesLost.Add(1)
+		l.cur.g.stats.LeasesLost.Add(1)
 		p.releaseLocked(l, b, now)
 		if l.explicit && l.received && l.slot {
 			p.freeSlotLocked(l, &k)

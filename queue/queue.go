@@ -313,15 +313,18 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 	switch o {
 	case Ack:
 		q.stats.Acked.Add(1)
+		l.cur.g.stats.Acked.Add(1)
 		if f := q.m.opts.OnAck; f != nil {
 			f(q.name, l.m.EnqueuedAt)
 		}
 		l.cur.doneLocked(l.m, &b)
 	case Nack:
 		q.stats.Nacked.Add(1)
+		l.cur.g.stats.Nacked.Add(1)
 		q.endDeliveryLocked(l, &b, now, true)
 	case Reject:
 		q.stats.Rejected.Add(1)
+		l.cur.g.stats.Rejected.Add(1)
 		q.deadLetterLocked(l.cur, l.m, l.deliveries, ReasonRejected, now)
 	}
 	p.flushLocked(&b)
@@ -403,6 +406,7 @@ func (q *Queue) deadLettered(cur *cursor, m *Message, deliveries uint32, err err
 		heap.Push(&cur.ready, &pending{m: m, deliveries: deliveries})
 	} else {
 		q.stats.DeadLettered.Add(1)
+		cur.g.stats.DeadLettered.Add(1)
 		b := new(Batch)
 		cur.doneLocked(m, b)
 		p.flushLocked(b)

@@ -40,6 +40,9 @@ type GroupInfo struct {
 	Consumers int
 	// Partitions are in partition order.
 	Partitions []GroupPartitionInfo
+	// Counts are the group's totals since the node started (dead letters
+	// for queue-wide reasons, such as max_age, count for no group).
+	Counts GroupCounts
 }
 
 // GroupPartitionInfo is a group's position in one partition.
@@ -150,7 +153,7 @@ func (q *Queue) Info() Info {
 	sort.Strings(names)
 	for gi, name := range names {
 		g := q.groups[name]
-		gs := GroupInfo{Name: name, Consumers: len(g.consumers), Partitions: make([]GroupPartitionInfo, len(g.cursors))}
+		gs := GroupInfo{Name: name, Consumers: len(g.consumers), Partitions: make([]GroupPartitionInfo, len(g.cursors)), Counts: g.stats.Snapshot()}
 		for pi, cur := range g.cursors {
 			gs.Partitions[pi] = cur.infoLocked()
 			if gs.Partitions[pi].Lag > 0 && gs.Partitions[pi].OldestUnsettled.IsZero() {
