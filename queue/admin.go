@@ -372,7 +372,7 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 		news[i] = msg
 	}
 	q.unlockAll()
-	wg.Wait() // every append completes: the committers never drop a request
+	wg.Wait() // every append completes: a log never drops a write
 
 	dlq := q.dlq
 	var done []Replayed

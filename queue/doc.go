@@ -19,7 +19,7 @@
 // node serves a partition once it acquired it (Manager.Acquire, with an
 // epoch) and stops when it releases it (Manager.Release); a single node
 // acquires every partition with SingleNodeEpoch. Every write of a
-// partition carries its epoch, and the committer refuses one older than
+// partition carries its epoch, and its log refuses one older than
 // the partition's fence with a FencedError.
 //
 //	m, err := queue.NewManager(queue.ManagerOptions{Store: store, Defaults: queue.DefaultOptions(), AutoCreate: true})
@@ -40,15 +40,16 @@
 //
 // # Concurrency
 //
-// Goroutines: the callers' (MQTT read loops publish and settle), per
-// storage shard one committer goroutine (drains the requests queued while
-// the previous batch was written, writes them as one batch with one sync)
-// and one completer goroutine (runs the callbacks of committed batches in
-// order, first making each batch's appends visible per partition), the
-// manager's timer (every Tick: lease expiry, due retries and delays,
-// settlement flushes; every RetainEvery: retention, eviction, dedup
-// expiry), and short-lived goroutines for storage reads of a cursor
-// (read-ahead), eviction passes and dead-letter completions.
+// Goroutines: the callers' (MQTT read loops publish and settle), the
+// goroutines of the logs (storage/badger: per shard one committer, which
+// writes what was queued while the previous batch was written as one batch
+// with one sync, and one completer, which runs the callbacks of committed
+// batches in order, first telling each partition of its appends), the
+// manager's timer (every Tick, on the partitions with work pending: lease
+// expiry, due retries and delays, settlement flushes, and each
+// partition's retention every RetainEvery, out of phase; eviction and
+// dedup expiry per queue), and short-lived goroutines for storage reads of
+// a cursor (read-ahead), eviction passes and dead-letter completions.
 //
 // Locks, in the order they may be taken:
 //
@@ -62,12 +63,13 @@
 //     locks.
 //  4. partition.mu: everything of one partition (see partition). The hot
 //     paths take this one lock: a publish assigns its offset and submits
-//     its append under it, so a partition's appends reach the committer in
+//     its append under it, so a partition's appends reach its log in
 //     offset order; a completed batch is made visible and dispatched under
 //     it once; a settlement and a lease expiry run under it.
 //  5. A dead-letter queue's partition lock, taken while holding a source
 //     partition's (a dead letter is published from the source's lock).
-//  6. Queue.dedupMu, committer.mu, Credit.mu, Manager.tickMu: leaves.
+//  6. Queue.dedupMu, Credit.mu, Manager.tickMu, and the logs' own locks:
+//     leaves.
 //  7. A Receiver's own lock: Deliver runs under the partition's lock and
 //     must only queue the delivery.
 //

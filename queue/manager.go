@@ -79,7 +79,7 @@ type Manager struct {
 }
 
 // NewManager recovers the queues found in the store and starts the
-// committers and the timer. It fails when a stored queue's partition count
+// logs and the timer. It fails when a stored queue's partition count
 // differs from its declared one.
 func NewManager(o ManagerOptions) (*Manager, error) {
 	d := DefaultManagerOptions()

@@ -8,7 +8,7 @@ import (
 
 // Ownership: a partition is served by the node that acquired it, with an
 // epoch that only grows. Acquire loads the partition alone from storage and
-// raises its committer's fence to the epoch, so that a write carrying an
+// raises its log's fence to the epoch, so that a write carrying an
 // older epoch fails with ErrFenced; Release drains it: leases go back to
 // their groups, settlements are flushed, and the partition refuses new work
 // until it is acquired again. A single node acquires every partition with
@@ -101,7 +101,7 @@ func (m *Manager) Release(ctx context.Context, id PartitionID) error {
 	b := new(Batch)
 	p.flushStateLocked(b)
 	done := make(chan error, 1)
-	// Submitted after every append of the partition: the committer
+	// Submitted after every append of the partition: the log
 	// completes in order, so the flush completing means they did too.
 	p.log.Append(p.epoch, nil, b, true, func(err error) { done <- err })
 	q.unlockAll()

@@ -287,7 +287,7 @@ func (p *partition) settledByAllLocked() (n, bytes int64) {
 	return n, bytes
 }
 
-// flushLocked submits the state writes in b to the partition's committer.
+// flushLocked appends the state writes in b to the partition's log.
 // It does not wait: settlements are persisted asynchronously
 // (at-least-once after a crash).
 func (p *partition) flushLocked(b *Batch) {

@@ -14,7 +14,7 @@ import (
 // partition has its own lock (see doc.go); mu guards what spans
 // partitions, and lockAll takes it with every partition's lock for the
 // rare changes of that (groups, consumers, settings, admin operations).
-// Storage writes happen outside every lock, in the shard committers.
+// Storage writes happen outside every lock, in the partitions' logs.
 type Queue struct {
 	m     *Manager
 	name  string
@@ -91,7 +91,7 @@ func PartitionFor(key string, n int) int {
 
 // Publish appends msg to its key's partition; done (which may be nil) runs
 // once the message is stored as the queue's durability says, or failed.
-// done runs on a committer goroutine and must not block.
+// done runs on a goroutine of the log and must not block.
 func (q *Queue) Publish(msg *Message, done func(error)) {
 	if q.m.opts.MaxPayload > 0 && len(msg.Payload) > q.m.opts.MaxPayload {
 		finish(done, ErrTooLarge)
