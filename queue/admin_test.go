@@ -3,6 +3,8 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,5 +270,66 @@ func TestAdminDeleteQueueTakesGroupsDLQAndData(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestAdminDeleteQueueWhilePublishing(t *testing.T) {
+	m := newManager(t, queuetest.NewMemStore(2), nil)
+	ctx := context.Background()
+	if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte("first")}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var started, ended, unexpected atomic.Int64
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			started.Add(1)
+			m.Publish(ctx, "q", &queue.Message{Key: strconv.Itoa(i % 7), Payload: []byte("x")}, func(err error) {
+				if err != nil && !errors.Is(err, queue.ErrClosed) {
+					unexpected.Add(1)
+				}
+				ended.Add(1)
+			})
+		}
+	}()
+	// Each delete runs while publishes are going on.
+	waitStarted := func(n int64) {
+		deadline := time.Now().Add(5 * time.Second)
+		for started.Load() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d publishes started", started.Load())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for range 5 {
+		waitStarted(started.Load() + 200)
+		if err := m.DeleteQueue(ctx, "q"); err != nil && !errors.Is(err, queue.ErrNoSuchQueue) {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-pubDone
+	// Every publish ends: stored, or refused because its queue was deleted.
+	deadline := time.Now().Add(5 * time.Second)
+	for ended.Load() != started.Load() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d publishes ended", ended.Load(), started.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := unexpected.Load(); n > 0 {
+		t.Fatalf("%d publishes failed otherwise than ErrClosed", n)
+	}
+	// The name works afterwards.
+	if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte("last")}); err != nil {
+		t.Fatal(err)
 	}
 }
