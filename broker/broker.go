@@ -131,7 +131,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	b.queues = &limitedQueues{Manager: b.manager, cfg: cfg, sec: b.sec}
 	b.access = newAccessHook(b)
 	b.hook = hooks.New(hooks.Options{Queues: b.queues, Server: b.server, Logger: log,
-		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second), Admit: b.access.admit})
+		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second), Admit: b.access.admit, OnPanic: b.writerPanicked})
 	// The access hook first: it refuses before the queue hook sees anything.
 	if err := b.addHook(b.access); err != nil {
 		b.closeStorage(context.Background())

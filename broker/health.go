@@ -58,6 +58,14 @@ func (b *Broker) addHook(h mqtt.Hook) error {
 	return b.server.AddHook(&guardedHook{Hook: h, b: b}, nil)
 }
 
+// writerPanicked is told about a panic on a client's writer goroutine
+// (hooks.Options.OnPanic): the client is already stopped.
+func (b *Broker) writerPanicked(cl *mqtt.Client, v any, stack []byte) {
+	b.sec.panics.WithLabelValues("writer").Inc()
+	b.log.Error("panic while writing to a client; client closed", "client", cl.ID,
+		"panic", fmt.Sprint(v), "stack", string(bytes.TrimSpace(stack)))
+}
+
 // guardedHook runs a hook's methods so that a panic in one (mochi runs
 // them on the client's goroutines) ends that client's connection, is
 // logged with its stack and counted in shardq_client_panics_total, and

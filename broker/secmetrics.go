@@ -51,7 +51,7 @@ func newSecurityMetrics(node prometheus.Labels) *securityMetrics {
 		reloads: counter("shardq_config_reloads_total",
 			"Reloads of certificates, users and ACL (SIGHUP), by result: ok or failed.", "result"),
 		panics: counter("shardq_client_panics_total",
-			"Panics while handling a client's packet, by hook (mochi's hook method); the client was closed, the node kept serving.", "hook"),
+			"Panics while handling a client's packet, by hook method (mochi's) or writer (the client's delivery writer); the client was closed, the node kept serving.", "hook"),
 	}
 	// Every label value exists from the start, at 0.
 	for _, r := range []string{authBadCredentials, authNoCredentials, authClientIDTaken} {
