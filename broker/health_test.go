@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,13 +17,20 @@ import (
 
 // readyz returns /readyz's status, or 0 when HTTP does not answer.
 func readyz(addr string) int {
+	s, _ := readyzBody(addr)
+	return s
+}
+
+// readyzBody returns /readyz's status and body; 0 when HTTP does not answer.
+func readyzBody(addr string) (int, string) {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get("http://" + addr + "/readyz")
 	if err != nil {
-		return 0
+		return 0, ""
 	}
-	resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 func TestReadyzIs503WhileDrainingAndHTTPStaysUp(t *testing.T) {
@@ -43,8 +52,11 @@ func TestReadyzIs503WhileDrainingAndHTTPStaysUp(t *testing.T) {
 	saw503 := false
 	deadline := time.Now().Add(10 * time.Second)
 	for !saw503 && time.Now().Before(deadline) {
-		switch s := readyz(addr); s {
+		switch s, body := readyzBody(addr); s {
 		case http.StatusServiceUnavailable:
+			if !strings.Contains(body, "shutting down") {
+				t.Fatalf("/readyz while draining says %q", body)
+			}
 			saw503 = true
 		case 0:
 			t.Fatal("HTTP stopped answering before the drain ended")
@@ -70,8 +82,8 @@ func TestReadyzIs503WhileStorageWritesFail(t *testing.T) {
 	b := startBroker(t, t.TempDir(), nil)
 	addr := b.HTTPAddr()
 	b.ObserveCommitForTest(queue.CommitStats{Shard: 0, Err: errors.New("disk says no")})
-	if s := readyz(addr); s != http.StatusServiceUnavailable {
-		t.Fatalf("/readyz after a failed commit: %d, want 503", s)
+	if s, body := readyzBody(addr); s != http.StatusServiceUnavailable || !strings.Contains(body, "storage") {
+		t.Fatalf("/readyz after a failed commit: %d %q, want 503 saying storage", s, body)
 	}
 	// A real commit succeeding makes it ready again.
 	p := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
