@@ -26,6 +26,7 @@ import (
 //	GET    /api/v1/queues                            every queue: settings and figures
 //	GET    /api/v1/queues/{q}                        one queue with its partitions and groups
 //	PUT    /api/v1/queues/{q}                        create or change a queue (settings, persisted)
+//	DELETE /api/v1/queues/{q}                        delete a queue with its groups and its DLQ
 //	GET    /api/v1/queues/{q}/messages               peek: ?partition=P&from=OFFSET&limit=N
 //	POST   /api/v1/queues/{q}/purge                  delete every message
 //	DELETE /api/v1/queues/{q}/groups/{g}             delete a consumer group
@@ -57,7 +58,7 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		methods map[string]http.HandlerFunc
 	}{
 		{"/api/v1/queues", map[string]http.HandlerFunc{"GET": a.listQueues}},
-		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare)}},
+		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare), "DELETE": a.mutating(a.deleteQueue)}},
 		{"/api/v1/queues/{queue}/messages", map[string]http.HandlerFunc{"GET": a.peek(false)}},
 		{"/api/v1/queues/{queue}/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(false))}},
 		{"/api/v1/queues/{queue}/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(false))}},
@@ -246,6 +247,26 @@ func (a *adminAPI) declare(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	a.reply(w, status, v)
+}
+
+// deleteQueue deletes a queue with its groups and its dead-letter queue
+// (queue.Manager.DeleteQueue): durable before it answers.
+func (a *adminAPI) deleteQueue(w http.ResponseWriter, r *http.Request) {
+	q := a.resolve(w, r, false)
+	if q == nil {
+		return
+	}
+	if err := decodeBody(r, nil, true); err != nil {
+		a.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	depth, dlqDepth := q.Info().Depth(), q.DLQ().Info().Depth()
+	if err := a.b.manager.DeleteQueue(r.Context(), q.Name()); err != nil {
+		a.failErr(w, r, err)
+		return
+	}
+	a.log.Info("queue deleted over the admin API", "queue", q.Name(), "messages", depth, "dead_letters", dlqDepth)
+	a.reply(w, http.StatusOK, QueueDeleted{Node: a.b.cfg.NodeID, Queue: q.Name(), Messages: depth, DeadLetters: dlqDepth})
 }
 
 func (a *adminAPI) peek(dlq bool) http.HandlerFunc {

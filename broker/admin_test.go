@@ -145,7 +145,7 @@ func TestAdminListAndShowQueues(t *testing.T) {
 	refused(t, b, "GET", "/api/v1/queues/nope", adminToken, "", http.StatusNotFound, "no such queue")
 	refused(t, b, "GET", "/api/v1/queues/nope/dlq", adminToken, "", http.StatusNotFound, "no such queue")
 	refused(t, b, "GET", "/api/v1/queues/bad%20name", adminToken, "", http.StatusBadRequest, "invalid queue name")
-	refused(t, b, "DELETE", "/api/v1/queues/events", adminToken, "", http.StatusMethodNotAllowed, "not allowed")
+	refused(t, b, "POST", "/api/v1/queues/events", adminToken, "", http.StatusMethodNotAllowed, "not allowed")
 	refused(t, b, "GET", "/api/v1/queues/events/purge", adminToken, "", http.StatusMethodNotAllowed, "not allowed")
 	refused(t, b, "GET", "/api/v1/nothing", adminToken, "", http.StatusNotFound, "no such endpoint")
 	// Reading never creates a queue.

@@ -187,6 +187,15 @@ type PurgeResult struct {
 	Purged uint64 `json:"purged"`
 }
 
+// QueueDeleted is the answer to a queue deletion: the messages and dead
+// letters the queue held when it was deleted.
+type QueueDeleted struct {
+	Node        string `json:"node"`
+	Queue       string `json:"queue"`
+	Messages    uint64 `json:"messages"`
+	DeadLetters uint64 `json:"dead_letters"`
+}
+
 // GroupDeleted is the answer to a group deletion.
 type GroupDeleted struct {
 	Node  string `json:"node"`

@@ -21,7 +21,8 @@ import (
 //     allowed the calls on the queues an ACL rule grants it admin on
 //     (action admin, pattern a glob of queue names); the calls on no
 //     single queue (listing queues, profiles) need the pattern "*", those
-//     on a dead-letter queue admin on {queue}/$dlq, a replay both. With
+//     on a dead-letter queue admin on {queue}/$dlq, a replay and a queue's
+//     deletion (which takes its dead-letter queue too) both. With
 //     no ACL rule at all, every user is allowed everything, as over MQTT.
 //
 // Missing or wrong credentials: 401 with a WWW-Authenticate challenge; a
@@ -80,7 +81,7 @@ func adminResources(r *http.Request) []string {
 	}
 	rest := strings.TrimPrefix(r.URL.Path, "/api/v1/queues/"+q)
 	switch {
-	case rest == "/dlq/replay":
+	case rest == "/dlq/replay", rest == "" && r.Method == http.MethodDelete:
 		return []string{q + "/$dlq", q}
 	case strings.HasPrefix(rest, "/dlq"):
 		return []string{q + "/$dlq"}

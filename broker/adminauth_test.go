@@ -61,6 +61,11 @@ func TestSecurityAdminCredentials(t *testing.T) {
 		{"POST", "/api/v1/queues/jobs/purge", basic("lead"), 403},
 		{"POST", "/api/v1/queues/jobs/purge", basic("alice"), 403},
 		{"POST", "/api/v1/queues/jobs/purge", basic("ops"), 200},
+		// Deleting a queue takes its dead-letter queue: admin on both
+		// (the pattern "*" does not name jobs/$dlq).
+		{"DELETE", "/api/v1/queues/orders", basic("lead"), 403},
+		{"DELETE", "/api/v1/queues/jobs", basic("ops"), 403},
+		{"DELETE", "/api/v1/queues/jobs", token, 200},
 	}
 	for _, tc := range tests {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
@@ -88,8 +93,8 @@ func TestSecurityAdminCredentials(t *testing.T) {
 			}
 		})
 	}
-	if n := counter(t, b, "shardq_acl_denials_total", "action", "admin"); n != 6 {
-		t.Errorf("admin denials %v, want 6", n)
+	if n := counter(t, b, "shardq_acl_denials_total", "action", "admin"); n != 8 {
+		t.Errorf("admin denials %v, want 8", n)
 	}
 
 	// A script (the web console) is not offered Basic: a browser would

@@ -51,6 +51,7 @@ type Broker struct {
 	httpSrv   *http.Server
 	ready     atomic.Bool
 	shutdown  atomic.Bool
+	health    health
 	done      chan struct{}
 }
 
@@ -111,6 +112,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		_ = store.Close()
 		return nil, err
 	}
+	b.health.watchCommits(&mo, cfg.Storage.Shards)
 	start := time.Now()
 	if b.manager, err = queue.NewManager(mo); err != nil {
 		_ = store.Close()
@@ -129,13 +131,13 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	b.queues = &limitedQueues{Manager: b.manager, cfg: cfg, sec: b.sec}
 	b.access = newAccessHook(b)
 	b.hook = hooks.New(hooks.Options{Queues: b.queues, Server: b.server, Logger: log,
-		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second), Admit: b.access.admit})
+		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second), Admit: b.access.admit, OnPanic: b.writerPanicked})
 	// The access hook first: it refuses before the queue hook sees anything.
-	if err := b.server.AddHook(b.access, nil); err != nil {
+	if err := b.addHook(b.access); err != nil {
 		b.closeStorage(context.Background())
 		return nil, err
 	}
-	if err := b.server.AddHook(b.hook, nil); err != nil {
+	if err := b.addHook(b.hook); err != nil {
 		b.closeStorage(context.Background())
 		return nil, err
 	}
@@ -270,26 +272,30 @@ func (b *Broker) HTTPAddr() string {
 	return b.httpLn.Addr().String()
 }
 
-// Ready reports whether storage is recovered and the listeners are up.
-func (b *Broker) Ready() bool { return b.ready.Load() }
+// Ready reports whether storage is recovered, the listeners are up, the
+// node is not shutting down and storage writes do not fail (health.go).
+func (b *Broker) Ready() bool { return b.ready.Load() && b.health.storageOK() }
 
 // Manager returns the node's queues.
 func (b *Broker) Manager() *queue.Manager { return b.manager }
 
 // Shutdown stops accepting connections, disconnects the clients, finishes
-// the pending commits and closes the storage. It returns ctx.Err() if ctx
+// the pending commits and closes the storage, then stops HTTP: from the
+// moment it starts /readyz answers 503, and it keeps answering until the
+// drain is over. It returns ctx.Err() if ctx
 // ends first.
 func (b *Broker) Shutdown(ctx context.Context) error {
 	if b.shutdown.Swap(true) {
 		return nil
 	}
-	b.ready.Store(false)
+	b.ready.Store(false) // /readyz answers 503 from here on
 	b.log.Info("shutting down")
+	b.closeMQTT(ctx)
+	err := b.closeStorage(ctx)
+	// HTTP last: health checks and scrapes are answered while draining.
 	if b.httpSrv != nil {
 		_ = b.httpSrv.Shutdown(ctx)
 	}
-	b.closeMQTT(ctx)
-	err := b.closeStorage(ctx)
 	close(b.done)
 	b.log.Info("shut down")
 	return err

@@ -16,7 +16,14 @@ func (b *Broker) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !b.Ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			why := "not ready"
+			switch {
+			case b.shutdown.Load():
+				why = "not ready: shutting down"
+			case !b.health.storageOK():
+				why = "not ready: storage writes failing"
+			}
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))

@@ -32,6 +32,7 @@ type securityMetrics struct {
 	limits       *prometheus.CounterVec
 	malformed    *prometheus.CounterVec
 	reloads      *prometheus.CounterVec
+	panics       *prometheus.CounterVec
 }
 
 func newSecurityMetrics(node prometheus.Labels) *securityMetrics {
@@ -49,6 +50,8 @@ func newSecurityMetrics(node prometheus.Labels) *securityMetrics {
 			"Connections ended for a malformed or forbidden packet, by reason code (0x95 is counted as the max_packet_size limit).", "code"),
 		reloads: counter("shardq_config_reloads_total",
 			"Reloads of certificates, users and ACL (SIGHUP), by result: ok or failed.", "result"),
+		panics: counter("shardq_client_panics_total",
+			"Panics while handling a client's packet, by hook method (mochi's) or writer (the client's delivery writer); the client was closed, the node kept serving.", "hook"),
 	}
 	// Every label value exists from the start, at 0.
 	for _, r := range []string{authBadCredentials, authNoCredentials, authClientIDTaken} {
@@ -66,7 +69,7 @@ func newSecurityMetrics(node prometheus.Labels) *securityMetrics {
 }
 
 func (m *securityMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.authFailures, m.aclDenials, m.limits, m.malformed, m.reloads}
+	return []prometheus.Collector{m.authFailures, m.aclDenials, m.limits, m.malformed, m.reloads, m.panics}
 }
 
 func (m *securityMetrics) authFailure(reason string) { m.authFailures.WithLabelValues(reason).Inc() }

@@ -1,6 +1,8 @@
 package hooks
 
 import (
+	"fmt"
+	"runtime/debug"
 	"sync"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -108,6 +110,7 @@ func (c *conn) signalLocked() {
 // Everything ready at a wake-up is encoded into one buffer and written with
 // one system call.
 func (c *conn) write() {
+	defer c.recoverWriter()
 	var acks []ackOut
 	var outs []delivery
 	w := &wire{c: c}
@@ -149,6 +152,23 @@ func (c *conn) write() {
 			c.cl.Stop(stop)
 		}
 	}
+}
+
+// recoverWriter ends a panic of the writer: the client is stopped (its
+// disconnect cleans the connection up), the panic logged with its stack
+// and reported to Options.OnPanic; the node goes on. Deferred by write.
+func (c *conn) recoverWriter() {
+	v := recover()
+	if v == nil {
+		return
+	}
+	stack := debug.Stack()
+	c.cl.Stop(fmt.Errorf("hooks: internal error writing to the client: %v", v))
+	if f := c.h.opts.OnPanic; f != nil {
+		f(c.cl, v, stack)
+		return
+	}
+	c.h.log.Error("panic on a client's writer; client closed", "client", c.cl.ID, "panic", fmt.Sprint(v), "stack", string(stack))
 }
 
 // ackOut is a PUBACK ready to be written.

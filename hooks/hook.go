@@ -34,6 +34,11 @@ type Options struct {
 	// Admit, when set, decides each $queue/ publish before it is
 	// enqueued (access control); see Admit.
 	Admit Admit
+	// OnPanic, when set, is told about a panic on a client's writer
+	// goroutine (the goroutine the hook starts itself; mochi's run the
+	// hook methods, which their caller guards): the client has been
+	// stopped, the node goes on.
+	OnPanic func(cl *mqtt.Client, v any, stack []byte)
 }
 
 // Hook is the mochi hook that turns $queue/ topics into queues. It is the

@@ -627,3 +627,108 @@ func (m *Manager) DeclaredAtRuntime() (map[string]bool, error) {
 	}
 	return out, nil
 }
+
+// DeleteQueue removes the queue name with its consumer groups and its
+// dead-letter queue. Their consumers are cut off: the messages they hold
+// are taken back (their late settlements change nothing) and nothing more
+// is delivered to them; publishes still in flight to the old queue fail
+// with ErrClosed. Every message, every group's state and the dedup-ids of
+// both queues are deleted from storage and the queues are removed from the
+// catalog, durably, before it returns. Meanwhile a publish or subscribe to
+// the name waits; afterwards it creates the queue anew, empty (declared in
+// the config: with the config's settings; else if auto_create is on). A
+// queue declared in the config file comes back, empty, at the next start.
+func (m *Manager) DeleteQueue(ctx context.Context, name string) error {
+	if !ValidQueueName(name) {
+		return fmt.Errorf("%w: %q", ErrInvalidName, name)
+	}
+	m.admin.Lock()
+	defer m.admin.Unlock()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	q := m.queues[name]
+	if q == nil {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNoSuchQueue, name)
+	}
+	// Creating the name again waits for the deletion, as for a queue
+	// being created (see create).
+	done := make(chan struct{})
+	m.creating[name] = done
+	delete(m.queues, name)
+	delete(m.queues, q.dlq.name)
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.creating, name)
+		m.mu.Unlock()
+		close(done)
+	}()
+	var k kicks
+	var messages uint64
+	var waits []func(context.Context) error
+	for _, x := range []*Queue{q, q.dlq} {
+		n, wait := x.dropLocked(&k)
+		messages += n
+		waits = append(waits, wait)
+	}
+	k.run()
+	for _, wait := range waits {
+		if err := wait(ctx); err != nil {
+			return err
+		}
+	}
+	if err := m.logs.DropQueues(ctx, []string{name, DLQName(name)}); err != nil {
+		return storageError(err)
+	}
+	m.log.Info("queue deleted", "queue", name, "messages", messages)
+	return nil
+}
+
+// dropLocked closes the queue for good and submits the deletion of
+// everything it stored: its messages up to the next offset (appends in
+// flight are queued before the delete in each partition's log), every
+// group's state and its dedup-ids. It takes and releases every lock of the
+// queue itself; the name means the caller holds Manager.admin. It returns
+// how many messages the queue held and a function that waits for the
+// deletion to be durable.
+func (q *Queue) dropLocked(k *kicks) (uint64, func(context.Context) error) {
+	q.lockAll()
+	defer q.unlockAll()
+	var held uint64
+	b := new(Batch)
+	for _, p := range q.parts {
+		for _, l := range p.leasesWhere(func(*Lease) bool { return true }) {
+			p.revokeLocked(l, k)
+		}
+		if p.next > 0 {
+			held += p.next - p.first
+			b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: p.index, From: p.first, To: p.next})
+		}
+		for g := range q.groups {
+			b.DropGroups = append(b.DropGroups, GroupRef{Queue: q.name, Group: g, Partition: p.index})
+		}
+	}
+	q.dedupMu.Lock()
+	for _, e := range q.dedup.byID {
+		if !e.failed {
+			b.Dedups = append(b.Dedups, DedupMark{Queue: q.name, Partition: e.partition, ID: e.id})
+		}
+	}
+	q.dedupMu.Unlock()
+	for _, g := range q.groups {
+		for _, c := range g.consumers {
+			c.closed = true
+		}
+		g.consumers = nil
+	}
+	wait := q.commitLocked(b)
+	q.closed = true
+	for _, p := range q.parts {
+		p.owned = false // the timer leaves it alone
+	}
+	return held, wait
+}

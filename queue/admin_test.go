@@ -3,6 +3,8 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,5 +190,146 @@ func TestAdminDeclareAwayFromKeyOrderingReleasesParkedMessages(t *testing.T) {
 	}
 	if q.Options().Ordering != queue.OrderNone || len(q.Info().Partitions) != 8 {
 		t.Errorf("settings after the refused change: %+v", q.Options())
+	}
+}
+
+func TestAdminDeleteQueueTakesGroupsDLQAndData(t *testing.T) {
+	store := queuetest.NewMemStore(2)
+	m := newManager(t, store, nil)
+	ctx := context.Background()
+	deadLetters(t, m, "q", "dead")
+	for _, p := range []string{"a", "b", "c"} {
+		if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte(p), DedupID: "id-" + p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := m.Queue("q")
+	r := newRecorder()
+	if _, err := q.Subscribe("g", r, queue.ConsumerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	held := r.wait(t, 1)[0]
+
+	if err := m.DeleteQueue(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if m.Queue("q") != nil || m.Queue(queue.DLQName("q")) != nil {
+		t.Fatal("queue or its dead-letter queue still listed")
+	}
+	if err := m.DeleteQueue(ctx, "q"); !errors.Is(err, queue.ErrNoSuchQueue) {
+		t.Fatalf("second delete: %v, want ErrNoSuchQueue", err)
+	}
+	if err := m.Settle(held.Lease, queue.Ack); err == nil {
+		t.Fatal("a lease of the deleted queue settled")
+	}
+
+	// A publish creates it anew, empty; the old consumer gets nothing and
+	// the old dedup-ids are forgotten.
+	if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte("new"), DedupID: "id-a"}); err != nil {
+		t.Fatal(err)
+	}
+	nq := m.Queue("q")
+	if nq == q || nq.Info().Depth() != 1 || nq.DLQ().Info().Depth() != 0 || len(nq.Info().Groups) != 0 {
+		t.Fatalf("new queue: depth %d, dlq depth %d, groups %d", nq.Info().Depth(), nq.DLQ().Info().Depth(), len(nq.Info().Groups))
+	}
+	r2 := newRecorder()
+	if _, err := nq.Subscribe("g", r2, queue.ConsumerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := r2.wait(t, 1)[0]; payload(d) != "new" {
+		t.Fatalf("new queue delivered %q", payload(d))
+	}
+	r.mu.Lock()
+	if len(r.ds) != 1 {
+		t.Errorf("the deleted queue's consumer got %d deliveries, want 1", len(r.ds))
+	}
+	r.mu.Unlock()
+
+	// Deleted again, nothing of it survives a restart.
+	if err := m.DeleteQueue(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m2 := newManager(t, store.Reopen(), nil)
+	if m2.Queue("q") != nil {
+		t.Fatal("deleted queue back after a restart")
+	}
+	for _, sh := range store.Reopen().Shards() {
+		for _, name := range []string{"q", queue.DLQName("q")} {
+			for p := range queue.DefaultOptions().Partitions {
+				msgs, err := sh.Read(name, p, 0, 1<<20, 10)
+				if err != nil || len(msgs) != 0 {
+					t.Fatalf("%s/%d holds %d messages after the delete (%v)", name, p, len(msgs), err)
+				}
+				gs, _ := sh.Groups(name, p)
+				ds, _ := sh.Dedups(name, p)
+				if len(gs) != 0 || len(ds) != 0 {
+					t.Fatalf("%s/%d keeps %d groups, %d dedup-ids", name, p, len(gs), len(ds))
+				}
+			}
+		}
+	}
+}
+
+func TestAdminDeleteQueueWhilePublishing(t *testing.T) {
+	m := newManager(t, queuetest.NewMemStore(2), nil)
+	ctx := context.Background()
+	if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte("first")}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var started, ended, unexpected atomic.Int64
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			started.Add(1)
+			m.Publish(ctx, "q", &queue.Message{Key: strconv.Itoa(i % 7), Payload: []byte("x")}, func(err error) {
+				if err != nil && !errors.Is(err, queue.ErrClosed) {
+					unexpected.Add(1)
+				}
+				ended.Add(1)
+			})
+		}
+	}()
+	// Each delete runs while publishes are going on.
+	waitStarted := func(n int64) {
+		deadline := time.Now().Add(5 * time.Second)
+		for started.Load() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d publishes started", started.Load())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for range 5 {
+		waitStarted(started.Load() + 200)
+		if err := m.DeleteQueue(ctx, "q"); err != nil && !errors.Is(err, queue.ErrNoSuchQueue) {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	<-pubDone
+	// Every publish ends: stored, or refused because its queue was deleted.
+	deadline := time.Now().Add(5 * time.Second)
+	for ended.Load() != started.Load() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d publishes ended", ended.Load(), started.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := unexpected.Load(); n > 0 {
+		t.Fatalf("%d publishes failed otherwise than ErrClosed", n)
+	}
+	// The name works afterwards.
+	if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte("last")}); err != nil {
+		t.Fatal(err)
 	}
 }

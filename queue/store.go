@@ -49,6 +49,9 @@ type Logs interface {
 	Queues() ([]QueueMeta, error)
 	// SaveQueues records the queues' metadata durably.
 	SaveQueues(ctx context.Context, metas []QueueMeta) error
+	// DropQueues removes the named queues' metadata from the catalog,
+	// durably.
+	DropQueues(ctx context.Context, names []string) error
 	// SyncAsync makes the writes made without sync durable; the manager
 	// calls it every sync interval (durability async).
 	SyncAsync()
@@ -158,6 +161,9 @@ type Batch struct {
 	Marks      []SettleMark
 	Deliveries []DeliveryMark
 	Queues     []QueueMeta
+	// DropQueues removes queues' metadata (by name) from the catalog,
+	// after Queues.
+	DropQueues []string
 	// DropGroups removes every record of a group on a partition.
 	DropGroups []GroupRef
 	// Dedups records (or, with a zero At, forgets) producers' dedup-ids.
@@ -230,7 +236,7 @@ type GroupRef struct {
 // Len is the number of writes in the batch.
 func (b *Batch) Len() int {
 	return len(b.Appends) + len(b.Deletes) + len(b.Floors) + len(b.Marks) +
-		len(b.Deliveries) + len(b.Queues) + len(b.DropGroups) + len(b.Dedups)
+		len(b.Deliveries) + len(b.Queues) + len(b.DropQueues) + len(b.DropGroups) + len(b.Dedups)
 }
 
 // Reset empties the batch, keeping its capacity.
@@ -242,6 +248,7 @@ func (b *Batch) Reset() {
 	b.Marks = b.Marks[:0]
 	b.Deliveries = b.Deliveries[:0]
 	b.Queues = b.Queues[:0]
+	b.DropQueues = b.DropQueues[:0]
 	b.DropGroups = b.DropGroups[:0]
 	b.Dedups = b.Dedups[:0]
 }
@@ -254,12 +261,13 @@ func (b *Batch) Merge(o *Batch) {
 	b.Marks = append(b.Marks, o.Marks...)
 	b.Deliveries = append(b.Deliveries, o.Deliveries...)
 	b.Queues = append(b.Queues, o.Queues...)
+	b.DropQueues = append(b.DropQueues, o.DropQueues...)
 	b.DropGroups = append(b.DropGroups, o.DropGroups...)
 	b.Dedups = append(b.Dedups, o.Dedups...)
 }
 
-// ByPartition splits the partition writes of b by partition; Queues writes
-// are left out (they belong to the catalog, not to a partition).
+// ByPartition splits the partition writes of b by partition; Queues and
+// DropQueues writes are left out (they belong to the catalog, not to a partition).
 func (b *Batch) ByPartition() map[int]*Batch {
 	per := map[int]*Batch{}
 	splitInto(per, b.Appends, func(w Append) int { return w.Partition }, func(x *Batch) *[]Append { return &x.Appends })

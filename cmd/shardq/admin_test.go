@@ -262,6 +262,18 @@ func TestAdminCommands(t *testing.T) {
 			t.Errorf("declare:\n%s", out)
 		}
 	})
+
+	t.Run("queue delete", func(t *testing.T) {
+		fails(t, 1, "missing bearer token", "queue", "delete", "jobs", "--server", server)
+		fails(t, 2, "want 1 argument", "queue", "delete", "--server", server, "--token", cliToken)
+		dead := jobs(t, server).DLQ.Depth
+		out := must(t, "queue", "delete", "jobs", "--server", server, "--token", cliToken)
+		if !strings.Contains(out, fmt.Sprintf("deleted queue jobs with 0 messages and %d dead letters", dead)) {
+			t.Errorf("queue delete:\n%s", out)
+		}
+		fails(t, 1, "no such queue", "queue", "show", "jobs", "--server", server, "--token", cliToken)
+		fails(t, 1, "no such queue", "queue", "delete", "jobs", "--server", server, "--token", cliToken)
+	})
 }
 
 func findGroup(v broker.QueueView, name string) (broker.GroupView, bool) {

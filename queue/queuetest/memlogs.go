@@ -69,6 +69,17 @@ func (l *memLogs) SaveQueues(ctx context.Context, metas []queue.QueueMeta) error
 	}
 }
 
+func (l *memLogs) DropQueues(ctx context.Context, names []string) error {
+	done := make(chan error, 1)
+	l.submit(memReq{state: &queue.Batch{DropQueues: names}, sync: true, done: func(err error) { done <- err }})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // SyncAsync does nothing: a MemStore write is as durable as it gets.
 func (l *memLogs) SyncAsync() {}
 

@@ -199,7 +199,7 @@ type memShard struct {
 var _ queue.Shard = (*memShard)(nil)
 
 // Write applies b atomically: it checks the whole batch before it changes
-// anything. The order of application is Queues, Appends, Deletes, Floors,
+// anything. The order of application is Queues, DropQueues, Appends, Deletes, Floors,
 // Marks, Deliveries, DropGroups, as in storage/badger.
 func (s *memShard) Write(b *queue.Batch, sync bool) error {
 	if err := validateBatch(b); err != nil {
@@ -213,6 +213,9 @@ func (s *memShard) Write(b *queue.Batch, sync bool) error {
 	defer d.mu.Unlock()
 	for _, q := range b.Queues {
 		d.queues[q.Name] = cloneMeta(q)
+	}
+	for _, name := range b.DropQueues {
+		delete(d.queues, name)
 	}
 	for _, a := range b.Appends {
 		d.part(a.Queue, a.Partition).put(cloneMessage(a.Message))
@@ -444,6 +447,11 @@ func (p *memPart) deleteRange(from, to uint64) {
 func validateBatch(b *queue.Batch) error {
 	for _, q := range b.Queues {
 		if err := checkNames(q.Name, "", 0); err != nil {
+			return err
+		}
+	}
+	for _, name := range b.DropQueues {
+		if err := checkNames(name, "", 0); err != nil {
 			return err
 		}
 	}

@@ -31,6 +31,7 @@ func RunStoreSuite(t *testing.T, open func(t *testing.T, dir string) queue.Store
 		{"GroupStateRoundTrip", testGroupState},
 		{"DropGroups", testDropGroups},
 		{"QueueMeta", testQueueMeta},
+		{"DropQueues", testDropQueues},
 		{"DedupIDs", testDedups},
 		{"InvalidBatchChangesNothing", testInvalidBatch},
 		{"FailedWriteChangesNothing", testFailedWrite},
@@ -484,6 +485,25 @@ func testQueueMeta(h *harness) {
 	if h.n > 1 {
 		h.checkQueues(h.shard(1))
 	}
+}
+
+func testDropQueues(h *harness) {
+	s := h.shard(0)
+	h.write(s, &queue.Batch{Queues: []queue.QueueMeta{
+		{Name: "a", Partitions: 2},
+		{Name: "a/$dlq", Partitions: 2},
+		{Name: "b", Partitions: 1},
+	}}, true)
+	// Dropping a queue the catalog does not hold is no error.
+	h.write(s, &queue.Batch{DropQueues: []string{"a", "a/$dlq", "never"}}, true)
+	h.checkQueues(s, queue.QueueMeta{Name: "b", Partitions: 1})
+	h.reopen()
+	h.checkQueues(h.shard(0), queue.QueueMeta{Name: "b", Partitions: 1})
+	// Recorded again after a drop, a queue is back with its new metadata.
+	s = h.shard(0)
+	h.write(s, &queue.Batch{DropQueues: []string{"b"}}, true)
+	h.write(s, &queue.Batch{Queues: []queue.QueueMeta{{Name: "b", Partitions: 4}}}, true)
+	h.checkQueues(s, queue.QueueMeta{Name: "b", Partitions: 4})
 }
 
 // seedBatch writes a little of everything, so that a failed batch can be

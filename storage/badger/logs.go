@@ -54,6 +54,19 @@ func (l *logs) SaveQueues(ctx context.Context, metas []queue.QueueMeta) error {
 	}
 }
 
+// DropQueues removes the queues from the catalog in shard 0, synced, and
+// waits for it.
+func (l *logs) DropQueues(ctx context.Context, names []string) error {
+	done := make(chan error, 1)
+	l.committers[0].submit(commitReq{state: &queue.Batch{DropQueues: names}, sync: true, done: func(err error) { done <- err }})
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // SyncAsync syncs the shards that wrote without a sync since their last one.
 func (l *logs) SyncAsync() {
 	for _, c := range l.committers {

@@ -60,7 +60,7 @@ func (s *Shard) acquire() error {
 
 // Write applies b in one Badger transaction committed once; SyncWrites
 // makes the commit fsync, so the batch is durable when Write returns nil
-// whatever sync says. The writes apply in the order Queues, Appends,
+// whatever sync says. The writes apply in the order Queues, DropQueues, Appends,
 // Deletes, Floors, Marks, Deliveries, DropGroups, and in slice order within
 // each. A batch larger than one Badger transaction (15% of MemTableSize)
 // is committed in several parts: each part is atomic, the batch is not.
@@ -110,6 +110,11 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 			err = w.set(queueKey(q.Name), v)
 		}
 		if err != nil {
+			return err
+		}
+	}
+	for _, name := range b.DropQueues {
+		if err := w.del(queueKey(name)); err != nil {
 			return err
 		}
 	}
@@ -510,6 +515,11 @@ func checkRef(q, group string, partition int) (uint32, error) {
 func validateBatch(b *queue.Batch) error {
 	for _, q := range b.Queues {
 		if err := checkQueue(q.Name); err != nil {
+			return err
+		}
+	}
+	for _, name := range b.DropQueues {
+		if err := checkQueue(name); err != nil {
 			return err
 		}
 	}
