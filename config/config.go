@@ -167,6 +167,11 @@ type Storage struct {
 	// SyncInterval is how often queues with durability async are fsynced;
 	// a crash may lose the publishes of one interval. Default 100ms.
 	SyncInterval time.Duration `yaml:"sync_interval"`
+	// MinFreeBytes is the free space the data directory's file system must
+	// keep: below it publishes are refused (PUBACK 0x97) and the node is
+	// not ready, while settlements and deletes go on; it is checked about
+	// every 500ms. Default 256 MiB; 0 turns the check off.
+	MinFreeBytes int64 `yaml:"min_free_bytes"`
 
 	// Fine tuning.
 
@@ -217,6 +222,8 @@ const (
 	MinRingSize   = 16
 	MaxRingSize   = 1 << 20
 	MaxMaxPayload = 256 << 20
+	// DefaultMinFreeBytes is the default of storage.min_free_bytes.
+	DefaultMinFreeBytes = 256 << 20
 )
 
 // Default returns the configuration of a node started with no flags, no
@@ -240,6 +247,7 @@ func Default() *Config {
 		Storage: Storage{
 			Shards:       0,
 			SyncInterval: 100 * time.Millisecond,
+			MinFreeBytes: DefaultMinFreeBytes,
 			RingSize:     4096,
 			MaxPayload:   1 << 20,
 		},
@@ -313,6 +321,9 @@ func (c *Config) Validate() error {
 	}
 	if s.SyncInterval <= 0 {
 		fail("storage.sync_interval", fmt.Sprintf("must be positive, got %s", s.SyncInterval), nil)
+	}
+	if s.MinFreeBytes < 0 {
+		fail("storage.min_free_bytes", fmt.Sprintf("must be 0 (no check) or a number of bytes, got %d", s.MinFreeBytes), nil)
 	}
 	if s.RingSize < MinRingSize || s.RingSize > MaxRingSize {
 		fail("storage.ring_size", fmt.Sprintf("must be between %d and %d, got %d", MinRingSize, MaxRingSize, s.RingSize), nil)

@@ -55,6 +55,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"storage.sync_interval", c.Storage.SyncInterval, 100 * time.Millisecond},
 		{"storage.ring_size", c.Storage.RingSize, 4096},
 		{"storage.max_payload", c.Storage.MaxPayload, 1 << 20},
+		{"storage.min_free_bytes", c.Storage.MinFreeBytes, int64(256 << 20)},
 		{"http.admin_token", c.Admin.Token, ""},
 		{"http.metrics", c.Admin.Metrics, true},
 	}
@@ -326,6 +327,9 @@ func TestConfigErrors(t *testing.T) {
 		{name: "ring too small",
 			file: "storage:\n  ring_size: 8\n",
 			want: []string{"storage.ring_size: must be between 16 and 1048576, got 8"}},
+		{name: "negative min free bytes",
+			file: "storage:\n  min_free_bytes: -1\n",
+			want: []string{"storage.min_free_bytes: must be 0 (no check) or a number of bytes, got -1"}},
 		{name: "payload too large",
 			file: "storage:\n  max_payload: 268435457\n",
 			want: []string{"storage.max_payload:"}},

@@ -13,7 +13,7 @@ func reasonFor(err error) packets.Code {
 	switch {
 	case err == nil:
 		return packets.CodeSuccess
-	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, ErrQuotaExceeded):
+	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrStorageFull), errors.Is(err, ErrQuotaExceeded):
 		return packets.ErrQuotaExceeded
 	case errors.Is(err, ErrNotAuthorized):
 		return packets.ErrNotAuthorized

@@ -18,6 +18,10 @@ var (
 	ErrTooLarge = errors.New("queue: message too large")
 	// ErrStorage: the message could not be stored; it is safe to retry.
 	ErrStorage = errors.New("queue: storage failure")
+	// ErrStorageFull: the node refuses new messages while its storage is
+	// short of space (below storage.min_free_bytes); settlements and
+	// deletes go on, and publishes are taken again once space returns.
+	ErrStorageFull = errors.New("queue: storage full")
 	// ErrClosed: the manager is shutting down.
 	ErrClosed = errors.New("queue: closed")
 	// ErrNotLeased: the message is not leased to the caller.
