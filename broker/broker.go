@@ -52,6 +52,7 @@ type Broker struct {
 	ready     atomic.Bool
 	shutdown  atomic.Bool
 	health    health
+	disk      *diskWatch // storage.min_free_bytes (disk.go)
 	done      chan struct{}
 }
 
@@ -98,8 +99,10 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		return nil, err
 	}
 	b.store = store
+	b.disk = newDiskWatch(cfg.DataDir, cfg.Storage.MinFreeBytes, log)
 
 	mo := queue.DefaultManagerOptions()
+	mo.Admit = b.disk.admit
 	mo.Store = store
 	mo.Defaults = cfg.Queues.Defaults
 	mo.Declared = cfg.Queues.Declared
@@ -141,6 +144,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		b.closeStorage(context.Background())
 		return nil, err
 	}
+	b.disk.start(diskCheckEvery)
 	return b, nil
 }
 
@@ -273,8 +277,9 @@ func (b *Broker) HTTPAddr() string {
 }
 
 // Ready reports whether storage is recovered, the listeners are up, the
-// node is not shutting down and storage writes do not fail (health.go).
-func (b *Broker) Ready() bool { return b.ready.Load() && b.health.storageOK() }
+// node is not shutting down, storage writes do not fail (health.go) and the
+// disk is not below storage.min_free_bytes (disk.go).
+func (b *Broker) Ready() bool { return b.ready.Load() && b.health.storageOK() && !b.disk.low() }
 
 // Manager returns the node's queues.
 func (b *Broker) Manager() *queue.Manager { return b.manager }
@@ -357,6 +362,7 @@ func (b *Broker) closeMQTT(ctx context.Context) {
 }
 
 func (b *Broker) closeStorage(ctx context.Context) error {
+	b.disk.close()
 	err := b.manager.Close(ctx)
 	if cerr := b.store.Close(); cerr != nil && err == nil {
 		err = cerr

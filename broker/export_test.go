@@ -12,3 +12,7 @@ func (b *Broker) AddHookForTest(h mqtt.Hook) error { return b.addHook(h) }
 // ObserveCommitForTest tells the node's health about a storage commit, as
 // the committers do.
 func (b *Broker) ObserveCommitForTest(s queue.CommitStats) { b.health.commit(s) }
+
+// SetDiskFreeForTest replaces how the node reads the free space of its data
+// directory (a fault seam: no disk is filled) and checks it at once.
+func (b *Broker) SetDiskFreeForTest(f func(dir string) (uint64, error)) { b.disk.setFree(f) }

@@ -22,6 +22,8 @@ func (b *Broker) handler() http.Handler {
 				why = "not ready: shutting down"
 			case !b.health.storageOK():
 				why = "not ready: storage writes failing"
+			case b.disk.low():
+				why = "not ready: disk below min_free_bytes"
 			}
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return

@@ -47,8 +47,12 @@ func (l *limitedQueues) Publish(ctx context.Context, name string, msg *queue.Mes
 		}
 	}
 	l.Manager.Publish(ctx, name, msg, func(err error) {
-		if err != nil && errors.Is(err, queue.ErrQueueFull) {
+		switch {
+		case err == nil:
+		case errors.Is(err, queue.ErrQueueFull):
 			l.sec.limit(limitQueueFull)
+		case errors.Is(err, queue.ErrStorageFull):
+			l.sec.limit(limitDiskFull)
 		}
 		done(err)
 	})

@@ -82,7 +82,7 @@ func (b *Broker) instrument(mo *queue.ManagerOptions) error {
 		m.commitWrites = append(m.commitWrites, commitWrites.WithLabelValues(s))
 		m.commitErrors = append(m.commitErrors, commitErrors.WithLabelValues(s))
 	}
-	for _, c := range append([]prometheus.Collector{commitSeconds, commitWrites, commitErrors, ackLatency, newCollector(b, node)}, b.sec.collectors()...) {
+	for _, c := range append([]prometheus.Collector{commitSeconds, commitWrites, commitErrors, ackLatency, newCollector(b, node), b.disk.collector(node)}, b.sec.collectors()...) {
 		if err := b.registry.Register(c); err != nil {
 			return err
 		}
@@ -219,7 +219,7 @@ func newCollector(b *Broker, node prometheus.Labels) *collector {
 		groupOldest:    desc("shardq_group_oldest_unsettled_age_seconds", "Age of the oldest message of the partition the group has not settled; 0 when none.", "queue", "group", "partition"),
 		groupSettled:   desc("shardq_group_settled_total", "The group's position: offsets of the queue's partitions it has settled (acked, dead-lettered, or expired or dropped by retention), those before it existed included. Its rate is the group's settle rate.", "queue", "group"),
 		storageBytes:   desc("shardq_storage_disk_bytes", "Bytes a storage shard takes on disk, by kind of file (sst, vlog, wal, other).", "shard", "kind"),
-		ready:          desc("shardq_ready", "1 when the node is ready: storage recovered, listeners up, storage writes not failing, not shutting down."),
+		ready:          desc("shardq_ready", "1 when the node is ready: storage recovered, listeners up, storage writes not failing, disk not below storage.min_free_bytes, not shutting down."),
 	}
 	for _, x := range queueCounters {
 		c.counters = append(c.counters, desc(x.name, x.help, "queue"))

@@ -14,6 +14,7 @@ const (
 	limitMaxPacketSize  = "max_packet_size"
 	limitMaxDelay       = "max_delay"
 	limitQueueFull      = "queue_full"
+	limitDiskFull       = "disk_full"
 )
 
 // Labels of shardq_auth_failures_total.
@@ -45,7 +46,7 @@ func newSecurityMetrics(node prometheus.Labels) *securityMetrics {
 		aclDenials: counter("shardq_acl_denials_total",
 			"Requests the ACL denied, by action: publish, subscribe, produce, consume, admin.", "action"),
 		limits: counter("shardq_limit_refusals_total",
-			"Requests refused by a limit: max_queues, max_connections, max_packet_size, max_delay, queue_full (max_messages or max_bytes).", "limit"),
+			"Requests refused by a limit: max_queues, max_connections, max_packet_size, max_delay, queue_full (max_messages or max_bytes), disk_full (below storage.min_free_bytes).", "limit"),
 		malformed: counter("shardq_mqtt_malformed_packets_total",
 			"Connections ended for a malformed or forbidden packet, by reason code (0x95 is counted as the max_packet_size limit).", "code"),
 		reloads: counter("shardq_config_reloads_total",
@@ -60,7 +61,7 @@ func newSecurityMetrics(node prometheus.Labels) *securityMetrics {
 	for _, a := range []auth.Action{auth.Publish, auth.Subscribe, auth.Produce, auth.Consume, auth.Admin} {
 		m.aclDenials.WithLabelValues(string(a))
 	}
-	for _, l := range []string{limitMaxQueues, limitMaxConnections, limitMaxPacketSize, limitMaxDelay, limitQueueFull} {
+	for _, l := range []string{limitMaxQueues, limitMaxConnections, limitMaxPacketSize, limitMaxDelay, limitQueueFull, limitDiskFull} {
 		m.limits.WithLabelValues(l)
 	}
 	m.reloads.WithLabelValues("ok")
