@@ -8,12 +8,35 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/shardq/shardq/broker"
 	"github.com/shardq/shardq/config"
 )
+
+// startBrokerNotReady starts a node like startBroker but waits only for its
+// listeners, not for readiness (a node on a full disk is never ready).
+func startBrokerNotReady(t *testing.T, dir string, edit func(*config.Config)) *testBroker {
+	t.Helper()
+	cfg := config.Default()
+	cfg.DataDir = dir
+	cfg.MQTT = "127.0.0.1:0"
+	cfg.WS = ""
+	cfg.HTTP = "127.0.0.1:0"
+	edit(cfg)
+	b, err := broker.New(cfg, nil)
+	if err != nil {
+		t.Fatalf("broker.New: %v", err)
+	}
+	tb := &testBroker{Broker: b, dir: dir, errc: make(chan error, 1)}
+	go func() { tb.errc <- b.Serve() }()
+	waitFor(t, func() bool { return b.MQTTAddr() != "" })
+	t.Cleanup(func() { tb.stop(t) })
+	return tb
+}
 
 // mountTmpfs mounts a tmpfs of size bytes on a new directory, or skips the
 // test when it cannot (not root, no mount, a container without the right).
@@ -99,6 +122,30 @@ func TestDiskFullOnASmallTmpfs(t *testing.T) {
 	got := map[string]bool{}
 	for len(got) < 100 {
 		d := cons.next(10 * time.Second)
+		got[string(d.Payload)] = true
+		cons.puback(d, 0)
+	}
+
+	// A restart on the full file system: the node starts, not ready, and
+	// refuses publishes from the first one; consumers still drain.
+	cons.close()
+	prod.close()
+	b.stop(t)
+	b = startBrokerNotReady(t, data, edit)
+	if s, body := readyzBody(b.HTTPAddr()); s != http.StatusServiceUnavailable || !strings.Contains(body, "min_free_bytes") {
+		t.Fatalf("/readyz after a restart on a full disk: %d %q", s, body)
+	}
+	prod = dialRaw(t, b.MQTTAddr(), "producer", connectOpts{})
+	if ok, refused := publish(10, "full-again"); ok != 0 || refused != 10 {
+		t.Fatalf("restarted below the watermark: %d taken, %d refused; want 0 and 10", ok, refused)
+	}
+	cons = dialRaw(t, b.MQTTAddr(), "consumer", connectOpts{})
+	cons.subscribe(1, nil, "$queue/tmpfs")
+	for len(got) < 150 {
+		d := cons.next(10 * time.Second)
+		if !acked[string(d.Payload)] {
+			t.Fatalf("delivered %q, which was never acknowledged", d.Payload)
+		}
 		got[string(d.Payload)] = true
 		cons.puback(d, 0)
 	}
