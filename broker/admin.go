@@ -403,6 +403,12 @@ func (a *adminAPI) replay(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// A replay copies dead letters into the queue: refused, like a
+	// publish, below storage.min_free_bytes.
+	if err := a.b.disk.admit(); err != nil {
+		a.failErr(w, r, err)
+		return
+	}
 	done, err := q.ReplayDLQ(r.Context(), ids)
 	res := ReplayResult{Node: a.b.cfg.NodeID, Queue: q.Name(), Replayed: len(done), Messages: []ReplayedLetter{}}
 	for _, d := range done {
@@ -472,7 +478,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, queue.ErrPartitionsChanged), errors.Is(err, queue.ErrGroupActive):
 		return http.StatusConflict
-	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrClosed),
+	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrStorageFull), errors.Is(err, queue.ErrClosed),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable
 	default:

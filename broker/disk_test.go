@@ -83,6 +83,9 @@ func TestDiskBelowMinFreeBytesRefusesPublishesAndRecovers(t *testing.T) {
 		t.Fatal("v3.1.1 producer still connected after a refused publish")
 	}
 
+	// Replaying dead letters copies them: refused too.
+	refused(t, b, "POST", "/api/v1/queues/disk/dlq/replay", "", "", http.StatusServiceUnavailable, "min_free_bytes")
+
 	if n := counter(t, b, "shardq_limit_refusals_total", "limit", "disk_full"); n < 4 {
 		t.Fatalf("disk_full refusals: %v, want at least 4", n)
 	}
