@@ -131,7 +131,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		"queues", len(b.manager.Queues())/2, "took", time.Since(start).Round(time.Millisecond))
 
 	b.server = newMQTTServer(log, cfg.EffectiveMaxPacketSize())
-	b.queues = &limitedQueues{Manager: b.manager, cfg: cfg, sec: b.sec}
+	b.queues = &limitedQueues{Manager: b.manager, cfg: cfg, sec: b.sec, admit: b.disk.admit}
 	b.access = newAccessHook(b)
 	b.hook = hooks.New(hooks.Options{Queues: b.queues, Server: b.server, Logger: log,
 		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second), Admit: b.access.admit, OnPanic: b.writerPanicked})

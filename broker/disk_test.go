@@ -58,6 +58,13 @@ func TestDiskBelowMinFreeBytesRefusesPublishesAndRecovers(t *testing.T) {
 		t.Fatal("no PUBREC for the QoS 2 publish")
 	}
 	prod.write(&packets.Publish{Topic: "$queue/disk", Payload: []byte("refused-0"), QoS: 0, Properties: &packets.Properties{}})
+	// No queue is auto-created for a refused publish.
+	if code := prod.publish("$queue/disk-new", []byte("refused-new")); code != 0x97 {
+		t.Fatalf("publish to a new queue below the watermark: 0x%02x, want 0x97", code)
+	}
+	if b.Manager().Queue("disk-new") != nil {
+		t.Fatal("a refused publish auto-created its queue")
+	}
 	// Still connected: a further publish is answered.
 	if code := prod.publish("$queue/disk", []byte("refused-3")); code != 0x97 {
 		t.Fatalf("second QoS 1 publish: 0x%02x, want 0x97", code)

@@ -22,6 +22,9 @@ type limitedQueues struct {
 	*queue.Manager
 	cfg *config.Config
 	sec *securityMetrics
+	// admit refuses publishes below storage.min_free_bytes (disk.go),
+	// before a queue is auto-created for them; nil: always admitted.
+	admit func() error
 	// create serialises the auto-creation of queues while a limit holds,
 	// so that concurrent publishes to new names cannot pass it together.
 	create sync.Mutex
@@ -36,6 +39,13 @@ func parentQueue(name string) string {
 
 // Publish checks the limits, then publishes.
 func (l *limitedQueues) Publish(ctx context.Context, name string, msg *queue.Message, done func(error)) {
+	if l.admit != nil {
+		if err := l.admit(); err != nil {
+			l.sec.limit(limitDiskFull)
+			done(err)
+			return
+		}
+	}
 	if err := l.ensure(ctx, name); err != nil {
 		done(err)
 		return
