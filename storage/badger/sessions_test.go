@@ -105,3 +105,33 @@ func TestSessionsAsyncWritesAreSynced(t *testing.T) {
 		t.Errorf("retained records: %q", got)
 	}
 }
+
+func TestMigrateKeepsSessionsInShardZero(t *testing.T) {
+	dir := t.TempDir()
+	fillForMigration(t, dir, 2)
+	st := openTest(t, dir, testOptions(2))
+	if err := st.Sessions().Write(
+		SessionWrite{Record: SessionClient, Owner: "dev", Value: []byte("c")},
+		SessionWrite{Record: SessionSubscription, Owner: "dev", Name: "$share/g/$queue/events", Value: []byte("s")},
+		SessionWrite{Record: SessionInflight, Owner: "dev", Name: "\x00\x09", Value: []byte("i")},
+		SessionWrite{Record: SessionRetained, Owner: "a/b", Value: []byte("r")},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustMigrate(t, dir, 2, 3, migrateOptions())
+	st = openTest(t, dir, testOptions(3))
+	defer st.Close()
+	for rec, want := range map[SessionRecord][]sessionRow{
+		SessionClient:       {{"dev", "", "c"}},
+		SessionSubscription: {{"dev", "$share/g/$queue/events", "s"}},
+		SessionInflight:     {{"dev", "\x00\x09", "i"}},
+		SessionRetained:     {{"a/b", "", "r"}},
+	} {
+		if got := scanSessions(t, st.Sessions(), rec); !reflect.DeepEqual(got, want) {
+			t.Errorf("records %c after migrating to 3 shards: %q, want %q", rec, got, want)
+		}
+	}
+}
