@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	paho3 "github.com/eclipse/paho.mqtt.golang"
 )
 
 // pahoClient is a paho.golang (MQTT 5) client whose deliveries arrive on
@@ -160,5 +161,68 @@ func TestPersistentSessionSurvivesKill9(t *testing.T) {
 	pt := dialPaho(t, p.mqtt, "passer-by", 3600)
 	if pt.connack.SessionPresent {
 		t.Error("a clean-start session was restored")
+	}
+}
+
+// A QoS 1 message delivered to a persistent session and not acknowledged
+// before a SIGKILL is sent again, DUP set, when the client comes back; one
+// acknowledged is not. MQTT 3.1.1 sessions (clean session false) are kept
+// too.
+func TestUnacknowledgedDeliverySurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	dir := t.TempDir()
+	p := startProcess(t, dir)
+	dev := dialRaw(t, p.mqtt, "dev-raw", connectOpts{keepClean: true, expiry: 600})
+	if codes := dev.subscribe(1, nil, "cmd/dev-raw/#"); codes[0] != 1 {
+		t.Fatalf("subscribe: %v", codes)
+	}
+	got311 := make(chan string, 10)
+	keep := func(o *paho3.ClientOptions) {
+		o.SetCleanSession(false).SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { got311 <- string(m.Payload()) })
+	}
+	old := dialV3(t, p.mqtt, "dev-311", keep)
+	if tok := old.Subscribe("cmd/dev-311", 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("3.1.1 subscribe: %v", tok.Error())
+	}
+	pub := dialRaw(t, p.mqtt, "raw-sender", connectOpts{})
+	if code := pub.publish("cmd/dev-raw/a", []byte("acked")); code != 0 {
+		t.Fatalf("publish: %#x", code)
+	}
+	dev.puback(dev.next(5*time.Second), 0)
+	if code := pub.publish("cmd/dev-raw/b", []byte("not-acked")); code != 0 {
+		t.Fatalf("publish: %#x", code)
+	}
+	if m := dev.next(5 * time.Second); string(m.Payload) != "not-acked" {
+		t.Fatalf("delivery %q", m.Payload)
+	}
+	time.Sleep(100 * time.Millisecond) // the PUBACK of "acked" is read
+	p.kill()
+
+	p = startProcess(t, dir)
+	dev = dialRaw(t, p.mqtt, "dev-raw", connectOpts{keepClean: true, expiry: 600})
+	if !dev.connack.SessionPresent {
+		t.Error("session present false after the restart")
+	}
+	m := dev.next(5 * time.Second)
+	if string(m.Payload) != "not-acked" || !m.Duplicate {
+		t.Errorf("redelivery %q dup=%v, want \"not-acked\" with DUP", m.Payload, m.Duplicate)
+	}
+	dev.puback(m, 0)
+	dev.none(300 * time.Millisecond)
+
+	dialV3(t, p.mqtt, "dev-311", keep) // no SUBSCRIBE
+	pub = dialRaw(t, p.mqtt, "raw-sender", connectOpts{})
+	if code := pub.publish("cmd/dev-311", []byte("to-311")); code != 0 {
+		t.Fatalf("publish: %#x", code)
+	}
+	select {
+	case m := <-got311:
+		if m != "to-311" {
+			t.Errorf("3.1.1 delivery %q", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("3.1.1 session: nothing delivered after the restart")
 	}
 }
