@@ -23,6 +23,12 @@ type pahoClient struct {
 // that session expiry (seconds).
 func dialPaho(t *testing.T, addr, id string, expiry uint32) *pahoClient {
 	t.Helper()
+	return dialPahoAs(t, addr, id, "", expiry)
+}
+
+// dialPahoAs is dialPaho as the user (password: password(user)).
+func dialPahoAs(t *testing.T, addr, id, user string, expiry uint32) *pahoClient {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
@@ -44,6 +50,10 @@ func dialPaho(t *testing.T, addr, id string, expiry uint32) *pahoClient {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if user != "" {
+		cp.Username, cp.UsernameFlag = user, true
+		cp.Password, cp.PasswordFlag = []byte(password(user)), true
+	}
 	ca, err := c.c.Connect(ctx, cp)
 	if err != nil || ca.ReasonCode != 0 {
 		t.Fatalf("%s: connect: %v %v", id, ca, err)
@@ -225,4 +235,32 @@ func TestUnacknowledgedDeliverySurvivesKill9(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("3.1.1 session: nothing delivered after the restart")
 	}
+}
+
+// A restored session keeps its owner: after a restart another user may not
+// take its client ID, its own user resumes it.
+func TestRestoredSessionKeepsItsUser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	dir := t.TempDir()
+	users := writeUsers(t, t.TempDir(), "alice", "bob")
+	p := startProcess(t, dir, "--users-file", users)
+	a := dialPahoAs(t, p.mqtt, "alice-phone", "alice", 600)
+	a.subscribe("inbox/alice")
+	a.drop()
+	time.Sleep(50 * time.Millisecond)
+	p.kill()
+
+	p = startProcess(t, dir, "--users-file", users)
+	if code := connackCode(t, p.mqtt, "alice-phone", creds{user: "bob", pass: password("bob")}); code != 0x85 {
+		t.Errorf("bob taking alice's restored session: CONNACK %#x, want 0x85", code)
+	}
+	a = dialPahoAs(t, p.mqtt, "alice-phone", "alice", 600)
+	if !a.connack.SessionPresent {
+		t.Error("alice's session not present after the restart")
+	}
+	pub := dialPahoAs(t, p.mqtt, "alice-laptop", "alice", 0)
+	pub.publish("inbox/alice", "hello", false)
+	a.expect(map[string]string{"inbox/alice": "hello"})
 }
