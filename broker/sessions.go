@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -320,7 +319,9 @@ func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 func (h *sessionHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { h.OnQosComplete(cl, pk) }
 
 // StoredClients returns the stored sessions that have not expired, and
-// removes those that have.
+// removes those that have. A record that cannot be read is logged and
+// skipped (a session dropped) rather than keeping the node from starting;
+// a storage error does keep it from starting.
 func (h *sessionHook) StoredClients() ([]storage.Client, error) {
 	now := h.now().Unix()
 	var out []storage.Client
@@ -328,7 +329,9 @@ func (h *sessionHook) StoredClients() ([]storage.Client, error) {
 	err := h.store.Scan(badger.SessionClient, func(id, _ string, v []byte) error {
 		var rec clientRecord
 		if err := json.Unmarshal(v, &rec); err != nil {
-			return fmt.Errorf("session of client %q: %w", id, err)
+			h.log.Error("stored session unreadable; dropped", "client", id, "err", err)
+			expired = append(expired, id)
+			return nil
 		}
 		c := rec.Client
 		if rec.Disconnected > 0 && c.ProtocolVersion == 5 && rec.Disconnected+int64(c.Properties.SessionExpiryInterval) < now {
@@ -365,7 +368,8 @@ func (h *sessionHook) StoredSubscriptions() ([]storage.Subscription, error) {
 		}
 		var rec subRecord
 		if err := json.Unmarshal(v, &rec); err != nil {
-			return fmt.Errorf("subscription %q of client %q: %w", filter, id, err)
+			h.log.Error("stored subscription unreadable; skipped", "client", id, "filter", filter, "err", err)
+			return nil
 		}
 		if rec.Props != nil && h.restore != nil {
 			h.restore(id, filter, rec.Props)
@@ -383,7 +387,8 @@ func (h *sessionHook) StoredInflightMessages() ([]storage.Message, error) {
 	err := h.store.Scan(badger.SessionInflight, func(id, _ string, v []byte) error {
 		var m storage.Message
 		if err := json.Unmarshal(v, &m); err != nil {
-			return fmt.Errorf("inflight message of client %q: %w", id, err)
+			h.log.Error("stored inflight message unreadable; skipped", "client", id, "err", err)
+			return nil
 		}
 		h.mu.Lock()
 		ids, ok := h.stored[id]
@@ -405,7 +410,8 @@ func (h *sessionHook) StoredRetainedMessages() ([]storage.Message, error) {
 	err := h.store.Scan(badger.SessionRetained, func(topic, _ string, v []byte) error {
 		var m storage.Message
 		if err := json.Unmarshal(v, &m); err != nil {
-			return fmt.Errorf("retained message of %q: %w", topic, err)
+			h.log.Error("stored retained message unreadable; skipped", "topic", topic, "err", err)
+			return nil
 		}
 		out = append(out, m)
 		return nil

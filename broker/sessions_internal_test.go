@@ -153,3 +153,31 @@ func TestSessionRecordsRoundTrip(t *testing.T) {
 		t.Errorf("subscriptions after the clean start: %+v", s)
 	}
 }
+
+// A record that cannot be decoded is skipped, not a reason to refuse to
+// start; an unreadable session is removed with what it held.
+func TestUnreadableSessionRecordsAreSkipped(t *testing.T) {
+	st, h, _ := openSessions(t, t.TempDir())
+	defer st.Close()
+	if err := st.Sessions().Write(
+		badger.SessionWrite{Record: badger.SessionClient, Owner: "bad", Value: []byte("{not json")},
+		badger.SessionWrite{Record: badger.SessionSubscription, Owner: "bad", Name: "a", Value: []byte("{}")},
+		badger.SessionWrite{Record: badger.SessionRetained, Owner: "t", Value: []byte("[")},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := h.StoredClients(); err != nil || len(c) != 0 {
+		t.Errorf("StoredClients = %+v, %v", c, err)
+	}
+	if s, err := h.StoredSubscriptions(); err != nil || len(s) != 0 {
+		t.Errorf("StoredSubscriptions = %+v, %v", s, err)
+	}
+	if r, err := h.StoredRetainedMessages(); err != nil || len(r) != 0 {
+		t.Errorf("StoredRetainedMessages = %+v, %v", r, err)
+	}
+	n := 0
+	_ = st.Sessions().Scan(badger.SessionSubscription, func(string, string, []byte) error { n++; return nil })
+	if n != 0 {
+		t.Errorf("%d subscription records of the unreadable session left", n)
+	}
+}
