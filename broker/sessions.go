@@ -22,9 +22,12 @@ import (
 // session outlives their connection (MQTT 5: a session expiry; 3.1.1:
 // clean session false), their subscriptions, queue subscriptions included,
 // their undelivered QoS 1/2 messages of plain topics, and the retained
-// messages. Each change is fsynced before the hook returns, so before mochi
-// acknowledges the packet that caused it (a retained PUBLISH's PUBACK, a
-// SUBACK). mochi reads it all back at Serve (readStore).
+// messages. Each change of a session or a retained message is fsynced
+// before the hook returns, so before mochi acknowledges the packet that
+// caused it (a retained PUBLISH's PUBACK, a SUBACK); the records of
+// outgoing messages, which mochi writes after the publisher's PUBACK
+// anyway, are group-committed without waiting. mochi reads it all back at
+// Serve (readStore).
 type sessionHook struct {
 	mqtt.HookBase
 	store *badger.Sessions
@@ -105,6 +108,17 @@ func (h *sessionHook) write(what, client string, ws ...badger.SessionWrite) {
 	}
 }
 
+// submit queues writes that no acknowledgement waits for (an outgoing
+// message's record and its removal): they are committed with the next
+// group commit, within milliseconds, without holding up the caller.
+func (h *sessionHook) submit(what, client string, ws ...badger.SessionWrite) {
+	h.store.Submit(ws, func(err error) {
+		if err != nil {
+			h.log.Error("session state not stored", "what", what, "client", client, "err", err)
+		}
+	})
+}
+
 // dropWrites are the writes that remove every record of a client.
 func dropWrites(id string) []badger.SessionWrite {
 	return []badger.SessionWrite{
@@ -150,6 +164,15 @@ func encodeClient(cl *mqtt.Client, disconnected int64) ([]byte, error) {
 		},
 		Will: storage.ClientWill(cl.Properties.Will),
 	}})
+}
+
+// Stop, called by mochi's Close before the broker closes the storage,
+// waits for the records submitted without waiting.
+func (h *sessionHook) Stop() error {
+	if err := h.store.Flush(); err != nil {
+		h.log.Error("session state not stored", "err", err)
+	}
+	return nil
 }
 
 // OnSessionEstablished stores the session of a client whose session
@@ -299,7 +322,7 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int6
 		h.log.Error("inflight message not stored", "client", cl.ID, "err", err)
 		return
 	}
-	h.write("inflight message", cl.ID, badger.SessionWrite{Record: badger.SessionInflight, Owner: cl.ID, Name: packetName(pk.PacketID), Value: v})
+	h.submit("inflight message", cl.ID, badger.SessionWrite{Record: badger.SessionInflight, Owner: cl.ID, Name: packetName(pk.PacketID), Value: v})
 }
 
 // OnQosComplete forgets an acknowledged message.
@@ -311,7 +334,7 @@ func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	}
 	h.mu.Unlock()
 	if ok {
-		h.write("inflight ack", cl.ID, badger.SessionWrite{Record: badger.SessionInflight, Owner: cl.ID, Name: packetName(pk.PacketID), Delete: true})
+		h.submit("inflight ack", cl.ID, badger.SessionWrite{Record: badger.SessionInflight, Owner: cl.ID, Name: packetName(pk.PacketID), Delete: true})
 	}
 }
 

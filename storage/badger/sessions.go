@@ -2,8 +2,10 @@ package badger
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	bdg "github.com/dgraph-io/badger/v4"
 )
@@ -86,23 +88,98 @@ type SessionWrite struct {
 	DeleteOwner bool
 }
 
-// Sessions stores session records in shard 0 of a store.
-type Sessions struct{ sh *Shard }
+// Sessions stores session records in shard 0 of a store. Writes are
+// group-committed: whatever is submitted while a commit runs goes into the
+// next one, one Badger transaction and one fsync for all of it.
+type Sessions struct {
+	sh *Shard
 
-// Sessions returns the store's session records.
+	mu       sync.Mutex
+	pending  []sessionReq
+	draining bool // a drain goroutine is running
+}
+
+type sessionReq struct {
+	ws   []SessionWrite
+	done func(error)
+}
+
+// Sessions returns the store's session records. Call it once: each
+// Sessions group-commits its own writes.
 func (s *Store) Sessions() *Sessions { return &Sessions{sh: s.shards[0]} }
 
-// Write applies ws in one transaction, durable when Write returns nil
-// (fsynced, also under AsyncWrites).
+// Write applies ws, durable when Write returns nil (fsynced, also under
+// AsyncWrites), in the order of the calls to Write and Submit.
 func (ss *Sessions) Write(ws ...SessionWrite) error {
-	if len(ws) == 0 {
-		return nil
-	}
+	errc := make(chan error, 1)
+	ss.Submit(ws, func(err error) { errc <- err })
+	return <-errc
+}
+
+// Submit queues ws for the next commit and returns at once; done, when not
+// nil, is called with the commit's outcome once ws is durable or failed.
+func (ss *Sessions) Submit(ws []SessionWrite, done func(error)) {
 	for _, w := range ws {
 		if strings.IndexByte(w.Owner, sep) >= 0 {
-			return fmt.Errorf("%w: session owner %q", ErrInvalidWrite, w.Owner)
+			if done != nil {
+				done(fmt.Errorf("%w: session owner %q", ErrInvalidWrite, w.Owner))
+			}
+			return
 		}
 	}
+	if len(ws) == 0 {
+		if done != nil {
+			done(nil)
+		}
+		return
+	}
+	ss.mu.Lock()
+	ss.pending = append(ss.pending, sessionReq{ws: ws, done: done})
+	if !ss.draining {
+		ss.draining = true
+		go ss.drain()
+	}
+	ss.mu.Unlock()
+}
+
+// Flush returns once everything submitted before it is committed (or
+// failed); its error is that of the last of those commits.
+func (ss *Sessions) Flush() error {
+	errc := make(chan error, 1)
+	ss.mu.Lock()
+	ss.pending = append(ss.pending, sessionReq{done: func(err error) { errc <- err }})
+	if !ss.draining {
+		ss.draining = true
+		go ss.drain()
+	}
+	ss.mu.Unlock()
+	return <-errc
+}
+
+// drain commits what is pending until nothing is.
+func (ss *Sessions) drain() {
+	for {
+		ss.mu.Lock()
+		batch := ss.pending
+		ss.pending = nil
+		if len(batch) == 0 {
+			ss.draining = false
+			ss.mu.Unlock()
+			return
+		}
+		ss.mu.Unlock()
+		err := ss.commit(batch)
+		for _, r := range batch {
+			if r.done != nil {
+				r.done(err)
+			}
+		}
+	}
+}
+
+// commit writes the batch in one transaction (several if it is larger
+// than Badger allows) and syncs.
+func (ss *Sessions) commit(batch []sessionReq) error {
 	s := ss.sh
 	if err := s.acquire(); err != nil {
 		return err
@@ -110,23 +187,49 @@ func (ss *Sessions) Write(ws ...SessionWrite) error {
 	defer s.mu.RUnlock()
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	err := s.db.Update(func(txn *bdg.Txn) error {
-		for _, w := range ws {
-			var err error
-			switch {
-			case w.DeleteOwner:
-				err = deleteSessionPrefix(txn, sessionPrefix(w.Record, w.Owner, true))
-			case w.Delete:
-				err = txn.Delete(sessionKey(w.Record, w.Owner, w.Name))
-			default:
-				err = txn.Set(sessionKey(w.Record, w.Owner, w.Name), w.Value)
-			}
-			if err != nil {
+	txn := s.db.NewTransaction(true)
+	defer func() { txn.Discard() }()
+	do := func(f func(*bdg.Txn) error) error {
+		err := f(txn)
+		if errors.Is(err, bdg.ErrTxnTooBig) {
+			if err = txn.Commit(); err != nil {
 				return err
 			}
+			txn = s.db.NewTransaction(true)
+			err = f(txn)
 		}
-		return nil
-	})
+		return err
+	}
+	err := func() error {
+		for _, r := range batch {
+			for _, w := range r.ws {
+				var err error
+				switch {
+				case w.DeleteOwner:
+					var keys [][]byte
+					err = scan(txn, sessionPrefix(w.Record, w.Owner, true), false, func(k, _ []byte) error {
+						keys = append(keys, bytes.Clone(k))
+						return nil
+					})
+					for _, k := range keys {
+						if err == nil {
+							err = do(func(t *bdg.Txn) error { return t.Delete(k) })
+						}
+					}
+				case w.Delete:
+					k := sessionKey(w.Record, w.Owner, w.Name)
+					err = do(func(t *bdg.Txn) error { return t.Delete(k) })
+				default:
+					k := sessionKey(w.Record, w.Owner, w.Name)
+					err = do(func(t *bdg.Txn) error { return t.Set(k, w.Value) })
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+		return txn.Commit()
+	}()
 	if err == nil && s.async {
 		err = s.syncLocked()
 	}
@@ -134,20 +237,6 @@ func (ss *Sessions) Write(ws ...SessionWrite) error {
 		return fmt.Errorf("storage: sessions: %w", err)
 	}
 	return nil
-}
-
-func deleteSessionPrefix(txn *bdg.Txn, prefix []byte) error {
-	var keys [][]byte
-	err := scan(txn, prefix, false, func(k, _ []byte) error {
-		keys = append(keys, bytes.Clone(k))
-		return nil
-	})
-	for _, k := range keys {
-		if err == nil {
-			err = txn.Delete(k)
-		}
-	}
-	return err
 }
 
 // Scan calls fn for every record of the kind, in key order. The value is

@@ -2,7 +2,9 @@ package badger
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 )
 
@@ -133,5 +135,49 @@ func TestMigrateKeepsSessionsInShardZero(t *testing.T) {
 		if got := scanSessions(t, st.Sessions(), rec); !reflect.DeepEqual(got, want) {
 			t.Errorf("records %c after migrating to 3 shards: %q, want %q", rec, got, want)
 		}
+	}
+}
+
+// Writes and submissions from many goroutines are group-committed, each
+// goroutine's in its order.
+func TestSessionsGroupCommit(t *testing.T) {
+	st := openTest(t, t.TempDir(), testOptions(1))
+	defer st.Close()
+	ss := st.Sessions()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			owner := fmt.Sprintf("c%d", g)
+			for i := range 50 {
+				name := fmt.Sprintf("%03d", i)
+				ss.Submit([]SessionWrite{{Record: SessionInflight, Owner: owner, Name: name, Value: []byte("v")}}, nil)
+				if i%2 == 0 {
+					ss.Submit([]SessionWrite{{Record: SessionInflight, Owner: owner, Name: name, Delete: true}}, nil)
+				}
+			}
+			if err := ss.Write(SessionWrite{Record: SessionClient, Owner: owner, Value: []byte("c")}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(scanSessions(t, ss, SessionClient)); n != 8 {
+		t.Errorf("%d clients, want 8", n)
+	}
+	// A Write returns after everything submitted before it is committed.
+	if n := len(scanSessions(t, ss, SessionInflight)); n != 8*25 {
+		t.Errorf("%d inflight records, want %d", n, 8*25)
+	}
+	ss.Submit([]SessionWrite{{Record: SessionRetained, Owner: "t", Value: []byte("r")}}, nil)
+	if err := ss.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(scanSessions(t, ss, SessionRetained)); n != 1 {
+		t.Errorf("%d retained records after Flush, want 1", n)
+	}
+	var got error
+	ss.Submit([]SessionWrite{{Record: SessionClient, Owner: "a\x00b"}}, func(err error) { got = err })
+	if !errors.Is(got, ErrInvalidWrite) {
+		t.Errorf("Submit of a bad owner: %v", got)
 	}
 }
