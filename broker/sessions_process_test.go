@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -263,4 +264,35 @@ func TestRestoredSessionKeepsItsUser(t *testing.T) {
 	pub := dialPahoAs(t, p.mqtt, "alice-laptop", "alice", 0)
 	pub.publish("inbox/alice", "hello", false)
 	a.expect(map[string]string{"inbox/alice": "hello"})
+}
+
+// Messages held for an absent session just before a SIGTERM are there
+// after the restart.
+func TestHeldMessageSurvivesSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real processes")
+	}
+	dir := t.TempDir()
+	p := startProcess(t, dir)
+	dev := dialPaho(t, p.mqtt, "device-term", 600)
+	dev.subscribe("cmd/device-term")
+	dev.drop()
+	pub := dialPaho(t, p.mqtt, "term-sender", 0)
+	for i := range 20 {
+		pub.publish("cmd/device-term", fmt.Sprintf("m%02d", i), false)
+	}
+	p.term(t)
+
+	p = startProcess(t, dir)
+	dev = dialPaho(t, p.mqtt, "device-term", 600)
+	got := map[string]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(got) < 20 {
+		select {
+		case m := <-dev.msgs:
+			got[string(m.Payload)] = true
+		case <-deadline:
+			t.Fatalf("after the restart %d of 20 held messages delivered", len(got))
+		}
+	}
 }
