@@ -144,6 +144,11 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		b.closeStorage(context.Background())
 		return nil, err
 	}
+	// Sessions and retained messages, kept in shard 0 (sessions.go).
+	if err := b.addHook(newSessionHook(store.Sessions(), b.hook.RestoreSubscription, log)); err != nil {
+		b.closeStorage(context.Background())
+		return nil, err
+	}
 	b.disk.start(diskCheckEvery)
 	return b, nil
 }

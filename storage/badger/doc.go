@@ -58,6 +58,7 @@
 //	d 0x00 {queue} 0x00 {partition u32} {dedup-id}             stored at, unix ms u64
 //	q 0x00 {queue}                                             queue meta (JSON)
 //	v 0x00                                                     layout version u32 (2)
+//	c 0x00 {record} {owner} 0x00 {name}                        session record, shard 0 only (sessions.go)
 //
 // Messages are stored by batch: a Write stores the appends of one
 // partition as one entry per run of consecutive offsets, an entry holding

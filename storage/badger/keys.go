@@ -18,6 +18,7 @@ const (
 	kindDelivery byte = 'r' // r 0 queue 0 partition group 0 offset -> count (u32)
 	kindQueue    byte = 'q' // q 0 queue -> queue meta (JSON)
 	kindFormat   byte = 'v' // v 0 -> the shard's layout version (u32)
+	// kindSession (sessions.go): c 0 record owner 0 name, shard 0 only
 
 	sep byte = 0x00 // ends every variable-length name
 )

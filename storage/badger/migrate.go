@@ -906,6 +906,12 @@ func (r *router) route(k []byte) (from, to int, err error) {
 		r.queues++
 		return 0, 0, nil
 	}
+	if k[0] == kindSession { // sessions.go: shard 0, whatever the count
+		if !validSessionKey(k) {
+			return 0, 0, fmt.Errorf("%w: session key %q", ErrCorruptRecord, k)
+		}
+		return 0, 0, nil
+	}
 	i := bytes.IndexByte(rest, sep)
 	if i <= 0 || len(rest) < i+1+4 || !validTail(k[0], rest[i+5:]) {
 		return 0, 0, fmt.Errorf("%w: key %q fits no key kind", ErrCorruptRecord, k)
