@@ -290,6 +290,22 @@ func (p *tab) tokenRequired(token string) {
 	if v := n.queue(p.t, "jobs"); v.Depth != 0 {
 		p.t.Errorf("after the purge: jobs holds %d messages", v.Depth)
 	}
+
+	// Deleting the queue takes it, its groups and its dead-letter queue
+	// away, and the console goes back to the overview without it.
+	p.clearNotice()
+	p.click("#delete-queue")
+	p.confirm(true, "cannot be undone")
+	p.waitNotice(`^Deleted jobs with `)
+	res, err := n.get("/api/v1/queues/jobs")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		p.t.Errorf("after the delete: GET jobs answers %d, want 404", res.StatusCode)
+	}
+	p.waitFor("the overview without jobs", `location.hash === "#/" && !document.querySelector('#queues tr[data-queue="jobs"]')`)
 }
 
 // clusteredNode serves the console and the reads of a clustered node's

@@ -603,7 +603,8 @@ function renderFigures(qv) {
     h('h1', null, h('span', { id: 'queue-name' }, qv.name),
       h('span', { class: 'badge', title: 'where the settings come from' }, 'settings: ' + (qv.source || 'defaults')),
       h('span', { class: 'spacer' }),
-      h('button', { id: 'purge-queue', class: 'danger', onclick: (ev) => purgeQueue(ev.target, qv) }, 'Purge queue…')),
+      h('button', { id: 'purge-queue', class: 'danger', onclick: (ev) => purgeQueue(ev.target, qv) }, 'Purge queue…'),
+      h('button', { id: 'delete-queue', class: 'danger', onclick: (ev) => deleteQueue(ev.target, qv) }, 'Delete queue…')),
     h('section', { class: 'cards', id: 'summary' },
       card('Depth', num(qv.depth)),
       card('In /s', rate(r.enqueued)), card('Delivered /s', rate(r.delivered)), card('Acked /s', rate(r.acked)),
@@ -645,6 +646,19 @@ function purgeQueue(button, qv) {
     'Purge queue',
     () => api('POST', API + 'queues/' + enc(qv.name) + '/purge'),
     (res) => 'Purged ' + plural(res.purged, 'message') + ' from ' + res.queue + '.');
+}
+
+function deleteQueue(button, qv) {
+  act(button, 'Delete ' + qv.name + '?',
+    qv.name + ', its groups and its dead-letter queue are deleted with every message they hold (' +
+      plural(qv.depth, 'message') + '); its consumers are cut off. A publish to it afterwards creates it anew, empty. This cannot be undone.',
+    'Delete queue',
+    async () => {
+      const res = await api('DELETE', API + 'queues/' + enc(qv.name));
+      location.hash = '#/';
+      return res;
+    },
+    (res) => 'Deleted ' + res.queue + ' with ' + plural(res.messages, 'message') + ' and ' + plural(res.dead_letters, 'dead letter') + '.');
 }
 
 // ---- dead letters ----
