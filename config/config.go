@@ -176,7 +176,9 @@ type Storage struct {
 	// Fine tuning.
 
 	// RingSize is how many of its newest messages each partition keeps in
-	// memory, so that consumers that keep up never read storage. Default 4096.
+	// memory at most (and no more than 4 MiB of their payloads), so that
+	// consumers that keep up never read storage; a partition's ring starts
+	// small and grows to it. Default 4096.
 	RingSize int `yaml:"ring_size"`
 	// MaxPayload is the largest message payload accepted, in bytes.
 	// Default 1 MiB, at most 256 MiB.

@@ -77,7 +77,7 @@
 //	  shards: 0             # independent Badger instances, fixed for a data dir; 0: the dir's, else 1
 //	  sync_interval: 100ms  # for durability: async
 //	  min_free_bytes: 268435456  # below it publishes get 0x97 and /readyz 503; 0: no check
-//	  ring_size: 4096       # newest messages kept in memory per partition
+//	  ring_size: 4096       # at most this many newest messages (and 4 MiB of payload) per partition in memory
 //	  max_payload: 1048576  # bytes, at most 256 MiB
 //	mqtt:
 //	  max_keep_alive: 60s
