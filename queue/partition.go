@@ -176,7 +176,7 @@ func (p *partition) wantTickLocked() {
 func (p *partition) tick(now time.Time, retain bool) (busy bool) {
 	q := p.q
 	var k kicks
-	b := new(Batch)
+	var b Batch // on the stack: flushLocked copies what it submits
 	p.mu.Lock()
 	if !p.owned || len(q.groups) == 0 {
 		p.ticking = false
@@ -187,7 +187,7 @@ func (p *partition) tick(now time.Time, retain bool) (busy bool) {
 		l := p.leases[0]
 		q.stats.LeasesLost.Add(1)
 		l.cur.g.stats.LeasesLost.Add(1)
-		p.releaseLocked(l, b, now)
+		p.releaseLocked(l, &b, now)
 		if l.explicit && l.received && l.slot {
 			p.freeSlotLocked(l, &k)
 		}
@@ -198,12 +198,12 @@ func (p *partition) tick(now time.Time, retain bool) (busy bool) {
 			pd := heap.Pop(&cur.retries).(*pending)
 			heap.Push(&cur.ready, pd)
 		}
-		cur.flushStateLocked(b)
+		cur.flushStateLocked(&b)
 	}
 	if retain {
-		p.retainLocked(b)
+		p.retainLocked(&b)
 	}
-	p.flushLocked(b)
+	p.flushLocked(&b)
 	p.dispatchLocked(now)
 	busy = p.leases.Len() > 0 || p.pendingLocked()
 	p.ticking = busy
