@@ -98,6 +98,23 @@ func (c *command) usage(w io.Writer) {
 
 // fail reports a usage error: the error, then the command's usage, on
 // stderr. It returns the exit code of bad usage, 2.
+// parseNoArgs parses the flags of a command that takes no argument. It
+// returns the exit code to end with (0 after printing the help, 2 after a
+// usage error), or -1 to go on.
+func (c *command) parseNoArgs(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	pos, err := c.parse(args, getenv)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c.usage(stdout)
+		return 0
+	case err != nil:
+		return c.fail(stderr, "%v", err)
+	case len(pos) > 0:
+		return c.fail(stderr, "unexpected argument %q", pos[0])
+	}
+	return -1
+}
+
 func (c *command) fail(stderr io.Writer, format string, a ...any) int {
 	fmt.Fprintf(stderr, "shardq %s: %s\n\n", c.name, fmt.Sprintf(format, a...))
 	c.usage(stderr)

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -36,16 +34,8 @@ func healthCommand(ctx context.Context, args []string, stdout, stderr io.Writer,
 	timeout := c.flags.Duration("timeout", 5*time.Second, "how long to wait for the answer")
 	cacert := c.flags.String("cacert", "", "a PEM `FILE` of the CAs that signed an https node's certificate (default: the system's)")
 	c.env["cacert"] = "SHARDQ_CACERT"
-	pos, err := c.parse(args, getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		c.usage(stdout)
-		return 0
-	}
-	if err != nil {
-		return c.fail(stderr, "%v", err)
-	}
-	if len(pos) > 0 {
-		return c.fail(stderr, "unexpected argument %q", pos[0])
+	if code := c.parseNoArgs(args, getenv, stdout, stderr); code >= 0 {
+		return code
 	}
 	if !isSet(c.flags, "server") && getenv("SHARDQ_SERVER") == "" {
 		*server = healthServer(getenv)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,16 +32,10 @@ func migrateShards(ctx context.Context, args []string, stdout, stderr io.Writer)
 	to := flags.Int("to", 0, "shard `COUNT` to migrate to (required)")
 	dryRun := flags.Bool("dry-run", false, "read everything and report what would move; write nothing")
 	verify := flags.String("verify", "full", "`MODE` of the check before the swap: full (every key looked up again) or checksums")
-	pos, err := c.parse(args, func(string) string { return "" })
-	if errors.Is(err, flag.ErrHelp) {
-		c.usage(stdout)
-		return 0
+	if code := c.parseNoArgs(args, func(string) string { return "" }, stdout, stderr); code >= 0 {
+		return code
 	}
 	switch {
-	case err != nil:
-		return c.fail(stderr, "%v", err)
-	case len(pos) > 0:
-		return c.fail(stderr, "unexpected argument %q", pos[0])
 	case *dir == "":
 		return c.fail(stderr, "--data-dir is required")
 	case *from == 0 || *to == 0:

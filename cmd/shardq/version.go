@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -70,16 +68,8 @@ and the Go version and platform it was built with.
 // versionCommand runs shardq version.
 func versionCommand(args []string, stdout, stderr io.Writer) int {
 	c := newCommand("version", versionUsage)
-	pos, err := c.parse(args, os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		c.usage(stdout)
-		return 0
-	}
-	if err != nil {
-		return c.fail(stderr, "%v", err)
-	}
-	if len(pos) > 0 {
-		return c.fail(stderr, "unexpected argument %q", pos[0])
+	if code := c.parseNoArgs(args, os.Getenv, stdout, stderr); code >= 0 {
+		return code
 	}
 	v := readVersion()
 	fmt.Fprintf(stdout, "shardq %s\n", v.Version)
