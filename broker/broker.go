@@ -15,6 +15,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shardq/shardq/cluster"
 	"github.com/shardq/shardq/config"
 	"github.com/shardq/shardq/hooks"
 	"github.com/shardq/shardq/queue"
@@ -52,7 +53,8 @@ type Broker struct {
 	ready     atomic.Bool
 	shutdown  atomic.Bool
 	health    health
-	disk      *diskWatch // storage.min_free_bytes (disk.go)
+	disk      *diskWatch    // storage.min_free_bytes (disk.go)
+	node      *cluster.Node // nil on a single node (cluster.go)
 	done      chan struct{}
 }
 
@@ -104,6 +106,14 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	mo := queue.DefaultManagerOptions()
 	mo.Admit = b.disk.admit
 	mo.Store = store
+	if cfg.Clustered() {
+		if b.node, err = b.newClusterNode(cfg); err != nil {
+			_ = store.Close()
+			return nil, err
+		}
+		mo.Store = b.node.Guard(store)
+		b.node.ManagerOptions(&mo)
+	}
 	mo.Defaults = cfg.Queues.Defaults
 	mo.Declared = cfg.Queues.Declared
 	mo.AutoCreate = cfg.Queues.AutoCreate
@@ -122,6 +132,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		return nil, err
 	}
 	for name := range cfg.Queues.Declared {
+		if b.node != nil {
+			break // declared in the cluster's catalog as the node starts
+		}
 		if _, err := b.manager.Open(context.Background(), name); err != nil {
 			b.closeStorage(context.Background())
 			return nil, fmt.Errorf("broker: creating declared queue %q: %w", name, err)
@@ -131,7 +144,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		"queues", len(b.manager.Queues())/2, "took", time.Since(start).Round(time.Millisecond))
 
 	b.server = newMQTTServer(log, cfg.EffectiveMaxPacketSize())
-	b.queues = &limitedQueues{Manager: b.manager, cfg: cfg, sec: b.sec, admit: b.disk.admit}
+	b.queues = &limitedQueues{Manager: b.manager, svc: b.service(), cfg: cfg, sec: b.sec, admit: b.disk.admit}
 	b.access = newAccessHook(b)
 	b.hook = hooks.New(hooks.Options{Queues: b.queues, Server: b.server, Logger: log,
 		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second), Admit: b.access.admit, OnPanic: b.writerPanicked})
@@ -240,6 +253,20 @@ func (b *Broker) Serve() error {
 			}
 		}()
 	}
+	if err := b.startCluster(); err != nil {
+		b.closeListeners()
+		if b.httpSrv != nil {
+			_ = b.httpSrv.Close()
+		}
+		return err
+	}
+	if err := b.declareInCluster(); err != nil {
+		b.closeListeners()
+		if b.httpSrv != nil {
+			_ = b.httpSrv.Close()
+		}
+		return err
+	}
 	if err := b.server.Serve(); err != nil {
 		return err
 	}
@@ -284,7 +311,9 @@ func (b *Broker) HTTPAddr() string {
 // Ready reports whether storage is recovered, the listeners are up, the
 // node is not shutting down, storage writes do not fail (health.go) and the
 // disk is not below storage.min_free_bytes (disk.go).
-func (b *Broker) Ready() bool { return b.ready.Load() && b.health.storageOK() && !b.disk.low() }
+func (b *Broker) Ready() bool {
+	return b.ready.Load() && b.health.storageOK() && !b.disk.low() && (b.node == nil || b.node.Ready() == nil)
+}
 
 // Manager returns the node's queues.
 func (b *Broker) Manager() *queue.Manager { return b.manager }
@@ -300,7 +329,11 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	}
 	b.ready.Store(false) // /readyz answers 503 from here on
 	b.log.Info("shutting down")
+	b.leaveCluster(ctx)
 	b.closeMQTT(ctx)
+	if b.node != nil {
+		_ = b.node.Close()
+	}
 	err := b.closeStorage(ctx)
 	// HTTP last: health checks and scrapes are answered while draining.
 	if b.httpSrv != nil {

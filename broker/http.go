@@ -24,6 +24,8 @@ func (b *Broker) handler() http.Handler {
 				why = "not ready: storage writes failing"
 			case b.disk.low():
 				why = "not ready: disk below min_free_bytes"
+			case b.node != nil && b.node.Ready() != nil:
+				why = "not ready: " + b.node.Ready().Error()
 			}
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return

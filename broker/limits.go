@@ -20,6 +20,9 @@ import (
 // 0x99), and refusals of full queues are counted.
 type limitedQueues struct {
 	*queue.Manager
+	// svc serves the queues: the manager on a single node, the cluster
+	// node in a cluster.
+	svc queue.Service
 	cfg *config.Config
 	sec *securityMetrics
 	// admit refuses publishes below storage.min_free_bytes (disk.go),
@@ -56,7 +59,7 @@ func (l *limitedQueues) Publish(ctx context.Context, name string, msg *queue.Mes
 			return
 		}
 	}
-	l.Manager.Publish(ctx, name, msg, func(err error) {
+	l.svc.Publish(ctx, name, msg, func(err error) {
 		switch {
 		case err == nil:
 		case errors.Is(err, queue.ErrQueueFull):
@@ -73,7 +76,7 @@ func (l *limitedQueues) Partitions(ctx context.Context, name string) (int, error
 	if err := l.ensure(ctx, name); err != nil {
 		return 0, err
 	}
-	return l.Manager.Partitions(ctx, name)
+	return l.svc.Partitions(ctx, name)
 }
 
 // Subscribe checks the queue limit, then subscribes.
@@ -81,7 +84,7 @@ func (l *limitedQueues) Subscribe(ctx context.Context, f queue.Filter, r queue.R
 	if err := l.ensure(ctx, f.Queue); err != nil {
 		return nil, err
 	}
-	return l.Manager.Subscribe(ctx, f, r, o)
+	return l.svc.Subscribe(ctx, f, r, o)
 }
 
 // wouldCreate reports whether a publish or subscription to name would
@@ -115,9 +118,21 @@ func (l *limitedQueues) ensure(ctx context.Context, name string) error {
 		l.sec.limit(limitMaxQueues)
 		return fmt.Errorf("%w: limits.max_queues (%d) reached; queue %q not created", hooks.ErrQuotaExceeded, max, parent)
 	}
-	_, err := l.Manager.Open(ctx, parent)
+	_, err := l.svc.Partitions(ctx, parent)
 	return err
 }
+
+// The calls below go to the service as they are.
+
+func (l *limitedQueues) CheckPartitions(ctx context.Context, name, group string, ps []int) error {
+	return l.svc.CheckPartitions(ctx, name, group, ps)
+}
+
+func (l *limitedQueues) Settle(r queue.LeaseRef, o queue.Outcome) error { return l.svc.Settle(r, o) }
+
+func (l *limitedQueues) Received(r queue.LeaseRef) { l.svc.Received(r) }
+
+func (l *limitedQueues) Extend(r queue.LeaseRef) error { return l.svc.Extend(r) }
 
 // count returns the number of queues, dead-letter queues not counted.
 func (l *limitedQueues) count() int {

@@ -34,6 +34,7 @@ type Config struct {
 	Admin    Admin    // http
 	Auth     Auth     // auth
 	Limits   Limits   // limits
+	Cluster  Cluster  // cluster
 
 	// LogLevel is log_level: debug, info (the default), warn or error.
 	LogLevel slog.Level
@@ -42,6 +43,56 @@ type Config struct {
 	// path, so that Validate can point at it.
 	origin map[string]origin
 }
+
+// Cluster are the settings of a cluster node, under cluster. Without etcd
+// endpoints the node is a single node: no etcd, no gRPC.
+type Cluster struct {
+	Etcd Etcd `yaml:"etcd"`
+	// Addr is cluster.addr (--cluster-addr): the host:port the node's
+	// gRPC listener binds, which its peers dial. Default "127.0.0.1:8991".
+	Addr string `yaml:"addr"`
+	// Advertise is the address peers dial when it differs from Addr (a
+	// listener on 0.0.0.0, NAT); default Addr.
+	Advertise string `yaml:"advertise"`
+	// Placement pins queues to nodes: the first rule whose pattern matches
+	// a queue's name gives the node ids that may own its partitions; a
+	// queue no rule matches may be owned by any node.
+	Placement []Placement `yaml:"placement"`
+	// LeaseTTL is how long the node stays a member after it last reached
+	// etcd; a node that cannot renew its lease within it stops committing.
+	// Default 5s.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+}
+
+// Etcd is how the node reaches etcd, under cluster.etcd.
+type Etcd struct {
+	// Endpoints are the etcd client URLs (--etcd, comma-separated).
+	Endpoints []string `yaml:"endpoints"`
+	Username  string   `yaml:"username"`
+	Password  string   `yaml:"password"`
+	// TLS: CA verifies etcd's certificate; Cert and Key are the node's
+	// client certificate, if etcd asks for one.
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	// DialTimeout bounds how long the node waits for etcd at start before
+	// it exits naming the endpoints tried. Default 10s.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// Prefix is the key prefix of the cluster in etcd; clusters sharing an
+	// etcd need different ones. Default "/shardq/".
+	Prefix string `yaml:"prefix"`
+}
+
+// Placement is one rule of cluster.placement.
+type Placement struct {
+	// Queues is a glob pattern (path.Match) of queue names.
+	Queues string `yaml:"queues"`
+	// Nodes are the ids of the nodes that may own the queues' partitions.
+	Nodes []string `yaml:"nodes"`
+}
+
+// Clustered reports whether the node is part of a cluster.
+func (c *Config) Clustered() bool { return len(c.Cluster.Etcd.Endpoints) > 0 }
 
 // Queues are the settings of the queues.
 type Queues struct {
@@ -202,11 +253,21 @@ type Admin struct {
 // address needs credentials, see Validate). DefaultHTTP is clear of
 // Prometheus (9090), Grafana (3000) and the range of the Prometheus
 // exporters (9100-9999), so that they run beside a node with their own
-// defaults.
+// defaults. DefaultClusterAddr is the gRPC listener of a cluster node.
 const (
-	DefaultMQTT = "127.0.0.1:1883"
-	DefaultWS   = "127.0.0.1:8083"
-	DefaultHTTP = "127.0.0.1:8990"
+	DefaultMQTT        = "127.0.0.1:1883"
+	DefaultWS          = "127.0.0.1:8083"
+	DefaultHTTP        = "127.0.0.1:8990"
+	DefaultClusterAddr = "127.0.0.1:8991"
+)
+
+// Defaults and limits of the cluster settings.
+const (
+	DefaultLeaseTTL    = 5 * time.Second
+	MinLeaseTTL        = time.Second
+	MaxLeaseTTL        = 60 * time.Second
+	DefaultDialTimeout = 10 * time.Second
+	DefaultEtcdPrefix  = "/shardq/"
 )
 
 // Defaults of the limits.
@@ -252,6 +313,11 @@ func Default() *Config {
 			MinFreeBytes: DefaultMinFreeBytes,
 			RingSize:     4096,
 			MaxPayload:   1 << 20,
+		},
+		Cluster: Cluster{
+			Addr:     DefaultClusterAddr,
+			LeaseTTL: DefaultLeaseTTL,
+			Etcd:     Etcd{DialTimeout: DefaultDialTimeout, Prefix: DefaultEtcdPrefix},
 		},
 	}
 }
@@ -307,6 +373,7 @@ func (c *Config) Validate() error {
 	}
 
 	c.validateSecurity(fail)
+	c.validateCluster(fail)
 
 	if k := c.Protocol.MaxKeepAlive; k < 0 || k%time.Second != 0 || k > 65535*time.Second {
 		fail("mqtt.max_keep_alive", fmt.Sprintf("must be whole seconds from 0 (no cap) to 65535s, got %s", k), nil)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardq/shardq/internal/testcert"
 	"github.com/shardq/shardq/queue"
 )
 
@@ -58,6 +59,13 @@ func TestConfigDefaults(t *testing.T) {
 		{"storage.min_free_bytes", c.Storage.MinFreeBytes, int64(256 << 20)},
 		{"http.admin_token", c.Admin.Token, ""},
 		{"http.metrics", c.Admin.Metrics, true},
+		{"cluster.etcd.endpoints", len(c.Cluster.Etcd.Endpoints), 0},
+		{"cluster.etcd.dial_timeout", c.Cluster.Etcd.DialTimeout, 10 * time.Second},
+		{"cluster.etcd.prefix", c.Cluster.Etcd.Prefix, "/shardq/"},
+		{"cluster.addr", c.Cluster.Addr, "127.0.0.1:8991"},
+		{"cluster.advertise", c.Cluster.Advertise, ""},
+		{"cluster.lease_ttl", c.Cluster.LeaseTTL, 5 * time.Second},
+		{"clustered", c.Clustered(), false},
 	}
 	for _, tc := range checks {
 		if !reflect.DeepEqual(tc.got, tc.want) {
@@ -478,6 +486,9 @@ func TestConfigHelp(t *testing.T) {
 		{"--http ADDR", "127.0.0.1:8990", "SHARDQ_HTTP"},
 		{"--node-id ID", "the host name", "SHARDQ_NODE_ID"},
 		{"--log-level LEVEL", "info", "SHARDQ_LOG_LEVEL"},
+		{"--etcd URLS", "none", "SHARDQ_ETCD"},
+		{"--cluster-addr HOST:PORT", "127.0.0.1:8991", "SHARDQ_CLUSTER_ADDR"},
+		{"--cluster-advertise HOST:PORT", "--cluster-addr", "SHARDQ_CLUSTER_ADVERTISE"},
 	} {
 		_, block, ok := strings.Cut(usage, "  "+want[0]+"\n")
 		block, _, _ = strings.Cut(block, "  --")
@@ -702,5 +713,324 @@ func TestConfigMQTTSection(t *testing.T) {
 		if _, err := Load([]string{"--config", p}, nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: error %v, want one naming %s", file, err, want)
 		}
+	}
+}
+
+func TestConfigClusterFile(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, dir, "ca")
+	client := ca.Client(t, dir, "node-a")
+	path := writeConfig(t, `
+node_id: node-a
+cluster:
+  etcd:
+    endpoints: [http://10.0.0.1:2379, "https://[::1]:2379"]
+    username: shardq
+    password: s3cret
+    ca: `+ca.CertFile+`
+    cert: `+client.CertFile+`
+    key: `+client.KeyFile+`
+    dial_timeout: 3s
+    prefix: /prod/shardq/
+  addr: 0.0.0.0:9000
+  advertise: node-a.example:9000
+  lease_ttl: 10s
+  placement:
+    - queues: "orders-*"
+      nodes: [node-a, node-b]
+    - {queues: "*", nodes: [node-c]}
+`)
+	c, err := Load([]string{"--config", path}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Cluster{
+		Etcd: Etcd{
+			Endpoints:   []string{"http://10.0.0.1:2379", "https://[::1]:2379"},
+			Username:    "shardq",
+			Password:    "s3cret",
+			CA:          ca.CertFile,
+			Cert:        client.CertFile,
+			Key:         client.KeyFile,
+			DialTimeout: 3 * time.Second,
+			Prefix:      "/prod/shardq/",
+		},
+		Addr:      "0.0.0.0:9000",
+		Advertise: "node-a.example:9000",
+		Placement: []Placement{
+			{Queues: "orders-*", Nodes: []string{"node-a", "node-b"}},
+			{Queues: "*", Nodes: []string{"node-c"}},
+		},
+		LeaseTTL: 10 * time.Second,
+	}
+	if !reflect.DeepEqual(c.Cluster, want) {
+		t.Errorf("cluster =\n%+v\nwant\n%+v", c.Cluster, want)
+	}
+	if !c.Clustered() {
+		t.Errorf("Clustered() = false with etcd endpoints")
+	}
+
+	// A file that sets some of the section keeps the defaults of the rest.
+	c, err = Load([]string{"--config", writeConfig(t, "cluster:\n  etcd:\n    endpoints: [http://127.0.0.1:2379]\n")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = Default().Cluster
+	want.Etcd.Endpoints = []string{"http://127.0.0.1:2379"}
+	if !reflect.DeepEqual(c.Cluster, want) {
+		t.Errorf("cluster =\n%+v\nwant\n%+v", c.Cluster, want)
+	}
+}
+
+func TestConfigClusterFlags(t *testing.T) {
+	file := writeConfig(t, "cluster:\n  etcd:\n    endpoints: [http://file:2379]\n  addr: 10.0.0.1:8991\n")
+	tests := []struct {
+		name          string
+		flags         []string
+		env           map[string]string
+		wantEndpoints []string
+		wantAddr      string
+		wantAdvertise string
+	}{
+		{name: "default", wantAddr: "127.0.0.1:8991"},
+		{name: "flag",
+			flags:         []string{"--etcd", "http://a:2379,https://b:2379", "--cluster-addr", ":9000", "--cluster-advertise", "a.example:9000"},
+			wantEndpoints: []string{"http://a:2379", "https://b:2379"}, wantAddr: ":9000", wantAdvertise: "a.example:9000"},
+		{name: "env, items trimmed",
+			env:           map[string]string{"SHARDQ_ETCD": " http://a:2379 , http://b:2379 ", "SHARDQ_CLUSTER_ADDR": "10.0.0.2:8991", "SHARDQ_CLUSTER_ADVERTISE": "b.example:8991"},
+			wantEndpoints: []string{"http://a:2379", "http://b:2379"}, wantAddr: "10.0.0.2:8991", wantAdvertise: "b.example:8991"},
+		{name: "one endpoint",
+			flags:         []string{"--etcd=http://a:2379"},
+			wantEndpoints: []string{"http://a:2379"}, wantAddr: "127.0.0.1:8991"},
+		{name: "file beats env",
+			flags:         []string{"--config", file},
+			env:           map[string]string{"SHARDQ_ETCD": "http://env:2379", "SHARDQ_CLUSTER_ADVERTISE": "env.example:8991"},
+			wantEndpoints: []string{"http://file:2379"}, wantAddr: "10.0.0.1:8991", wantAdvertise: "env.example:8991"},
+		{name: "flag beats file",
+			flags:         []string{"--config", file, "--etcd", "http://flag:2379", "--cluster-addr", "10.0.0.3:8991"},
+			wantEndpoints: []string{"http://flag:2379"}, wantAddr: "10.0.0.3:8991"},
+		{name: "empty flag: a single node",
+			flags:    []string{"--config", file, "--etcd="},
+			wantAddr: "10.0.0.1:8991"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Load(tc.flags, env(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(c.Cluster.Etcd.Endpoints, tc.wantEndpoints) || c.Clustered() != (len(tc.wantEndpoints) > 0) {
+				t.Errorf("cluster.etcd.endpoints = %q, want %q", c.Cluster.Etcd.Endpoints, tc.wantEndpoints)
+			}
+			if c.Cluster.Addr != tc.wantAddr || c.Cluster.Advertise != tc.wantAdvertise {
+				t.Errorf("cluster.addr, cluster.advertise = %q, %q; want %q, %q", c.Cluster.Addr, c.Cluster.Advertise, tc.wantAddr, tc.wantAdvertise)
+			}
+		})
+	}
+}
+
+func TestConfigClusterErrors(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, dir, "ca")
+	client := ca.Client(t, dir, "node-a")
+	const etcd = "cluster:\n  etcd:\n    endpoints: [http://127.0.0.1:2379]\n"
+	tests := []struct {
+		name  string
+		flags []string
+		env   map[string]string
+		file  string // written to a file passed with --config when not ""
+		want  []string
+	}{
+		{name: "empty item in --etcd",
+			flags: []string{"--etcd", "http://a:2379,,http://b:2379"},
+			want:  []string{`cluster.etcd.endpoints: must be a comma-separated list without empty items, got "http://a:2379,,http://b:2379" (from --etcd)`}},
+		{name: "trailing comma in SHARDQ_ETCD",
+			env:  map[string]string{"SHARDQ_ETCD": "http://a:2379, "},
+			want: []string{"cluster.etcd.endpoints: must be a comma-separated list without empty items", "(from SHARDQ_ETCD)"}},
+		{name: "endpoint without scheme",
+			flags: []string{"--etcd", "http://a:2379,localhost:2379"},
+			want:  []string{`cluster.etcd.endpoints: must be http:// or https:// URLs, got "localhost:2379" (from --etcd)`}},
+		{name: "endpoint of another scheme",
+			file: "cluster:\n  etcd:\n    endpoints: [\"unix://etcd.sock\", \"http://\"]\n",
+			want: []string{`shardq.yaml:3: cluster.etcd.endpoints: must be http:// or https:// URLs, got "unix://etcd.sock"`, `got "http://"`}},
+		{name: "endpoints not a list",
+			file: "cluster:\n  etcd:\n    endpoints: http://a:2379\n",
+			want: []string{"shardq.yaml:3: cluster.etcd.endpoints: must be a list of strings"}},
+		{name: "bad addr",
+			flags: []string{"--etcd", "http://a:2379", "--cluster-addr", "8991"},
+			want:  []string{`cluster.addr: must be host:port, got "8991" (from --cluster-addr)`}},
+		{name: "empty addr",
+			file: etcd + "  addr: \"\"\n",
+			want: []string{`shardq.yaml:4: cluster.addr: must be host:port, got ""`}},
+		{name: "bad advertise port",
+			flags: []string{"--etcd", "http://a:2379"},
+			env:   map[string]string{"SHARDQ_CLUSTER_ADVERTISE": "node-a:grpc"},
+			want:  []string{"cluster.advertise: port must be a number", "(from SHARDQ_CLUSTER_ADVERTISE)"}},
+		{name: "lease too short",
+			file: etcd + "  lease_ttl: 500ms\n",
+			want: []string{"shardq.yaml:4: cluster.lease_ttl: must be from 1s to 1m0s, got 500ms"}},
+		{name: "lease too long",
+			file: etcd + "  lease_ttl: 61s\n",
+			want: []string{"shardq.yaml:4: cluster.lease_ttl: must be from 1s to 1m0s, got 1m1s"}},
+		{name: "lease not a duration",
+			file: etcd + "  lease_ttl: 5\n",
+			want: []string{"shardq.yaml:4: cluster.lease_ttl: must be a duration"}},
+		{name: "zero dial timeout",
+			file: etcd + "    dial_timeout: 0s\n",
+			want: []string{"shardq.yaml:4: cluster.etcd.dial_timeout: must be positive, got 0s"}},
+		{name: "prefix without leading slash",
+			file: etcd + "    prefix: shardq/\n",
+			want: []string{`shardq.yaml:4: cluster.etcd.prefix: must start and end with /, got "shardq/"`}},
+		{name: "prefix without trailing slash",
+			file: etcd + "    prefix: /shardq\n",
+			want: []string{`cluster.etcd.prefix: must start and end with /, got "/shardq"`}},
+		{name: "cert without key",
+			file: etcd + "    cert: " + client.CertFile + "\n",
+			want: []string{"shardq.yaml:4: cluster.etcd.cert: set both cluster.etcd.cert and cluster.etcd.key, or neither"}},
+		{name: "key without cert",
+			file: etcd + "    key: " + client.KeyFile + "\n",
+			want: []string{"cluster.etcd.cert: set both"}},
+		{name: "unreadable certificate",
+			file: etcd + "    cert: " + client.KeyFile + "\n    key: " + client.KeyFile + "\n",
+			want: []string{"shardq.yaml:4: cluster.etcd.cert: cannot load the certificate and key"}},
+		{name: "missing key file",
+			file: etcd + "    cert: " + client.CertFile + "\n    key: " + filepath.Join(dir, "none.key") + "\n",
+			want: []string{"cluster.etcd.cert: cannot load the certificate and key", "none.key"}},
+		{name: "missing CA file",
+			file: etcd + "    ca: " + filepath.Join(dir, "none.pem") + "\n",
+			want: []string{"shardq.yaml:4: cluster.etcd.ca: cannot read " + filepath.Join(dir, "none.pem")}},
+		{name: "CA that is no PEM",
+			file: etcd + "    ca: " + client.KeyFile + "\n",
+			want: []string{"cluster.etcd.ca: " + client.KeyFile + " holds no PEM certificate"}},
+		{name: "unknown cluster key",
+			file: etcd + "  peers: [a]\n",
+			want: []string{"shardq.yaml:4: cluster.peers: unknown setting (known here: etcd, addr, advertise, placement, lease_ttl)"}},
+		{name: "unknown etcd key",
+			file: etcd + "    endpoint: http://a:2379\n",
+			want: []string{"shardq.yaml:4: cluster.etcd.endpoint: unknown setting"}},
+		{name: "placement not a list",
+			file: etcd + "  placement: {queues: a, nodes: [b]}\n",
+			want: []string{"shardq.yaml:4: cluster.placement: must be a list of rules"}},
+		{name: "unknown placement key",
+			file: etcd + "  placement:\n    - {queues: a, node: [b]}\n",
+			want: []string{"shardq.yaml:5: cluster.placement[0].node: unknown setting (known here: queues, nodes)"}},
+		{name: "placement nodes not a list",
+			file: etcd + "  placement:\n    - {queues: a, nodes: b}\n",
+			want: []string{"shardq.yaml:5: cluster.placement[0].nodes: must be a list of strings"}},
+		{name: "placement without queues",
+			file: etcd + "  placement:\n    - {nodes: [a]}\n",
+			want: []string{"shardq.yaml:5: cluster.placement[0].queues: must be a pattern of queue names"}},
+		{name: "bad placement pattern",
+			file: etcd + "  placement:\n    - {queues: a, nodes: [a]}\n    - queues: \"orders-[\"\n      nodes: [a]\n",
+			want: []string{`shardq.yaml:6: cluster.placement[1].queues: must be a pattern of queue names (path.Match), got "orders-["`}},
+		{name: "placement without nodes",
+			file: etcd + "  placement:\n    - {queues: a, nodes: []}\n    - {queues: b}\n",
+			want: []string{"shardq.yaml:5: cluster.placement[0].nodes: must list at least one node id", "shardq.yaml:6: cluster.placement[1].nodes: must list at least one node id"}},
+		{name: "bad node id",
+			file: etcd + "  placement:\n    - {queues: a, nodes: [a]}\n    - {queues: b, nodes: [b, \"node b\"]}\n",
+			want: []string{`shardq.yaml:6: cluster.placement[1].nodes: node ids must be 1 to 128 characters of A-Z a-z 0-9 _ . -, got "node b"`}},
+		{name: "node listed twice",
+			file: etcd + "  placement:\n    - queues: a\n      nodes: [a, b, a]\n",
+			want: []string{`shardq.yaml:6: cluster.placement[0].nodes: lists "a" twice`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.flags
+			if tc.file != "" {
+				args = append([]string{"--config", writeConfig(t, tc.file)}, args...)
+			}
+			c, err := Load(args, env(tc.env))
+			if err == nil {
+				t.Fatalf("Load succeeded, want an error containing %q", tc.want)
+			}
+			if c != nil {
+				t.Errorf("Load returned a config with its error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if _, ok := errors.AsType[*Error](err); !ok {
+				t.Errorf("error %q is not a *config.Error", err)
+			}
+		})
+	}
+}
+
+// TestConfigClusterIgnored checks that the cluster settings of a single
+// node are not checked, and that a cluster node's errors are all reported
+// at once.
+func TestConfigClusterIgnored(t *testing.T) {
+	const section = `cluster:
+  etcd:
+    prefix: shardq
+    dial_timeout: 0s
+    cert: /nonexistent/cert.pem
+  addr: "8991"
+  lease_ttl: 0s
+  placement:
+    - {queues: "[", nodes: []}
+`
+	c, err := Load([]string{"--config", writeConfig(t, section), "--cluster-advertise", "x"}, nil)
+	if err != nil {
+		t.Fatalf("single node: %v", err)
+	}
+	if c.Clustered() || len(c.Cluster.Placement) != 1 {
+		t.Errorf("Clustered() = %v, placement %+v", c.Clustered(), c.Cluster.Placement)
+	}
+
+	_, err = Load([]string{"--config", writeConfig(t, section), "--cluster-advertise", "x", "--etcd", "http://a:2379"}, nil)
+	if err == nil {
+		t.Fatal("cluster node: Load succeeded")
+	}
+	msg := err.Error()
+	for _, w := range []string{
+		"shardq.yaml:3: cluster.etcd.prefix:",
+		"shardq.yaml:4: cluster.etcd.dial_timeout:",
+		"shardq.yaml:5: cluster.etcd.cert: set both",
+		"shardq.yaml:6: cluster.addr:",
+		"shardq.yaml:7: cluster.lease_ttl:",
+		"shardq.yaml:9: cluster.placement[0].queues:",
+		"shardq.yaml:9: cluster.placement[0].nodes:",
+		`cluster.advertise: must be host:port, got "x" (from --cluster-advertise)`,
+	} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("the errors do not name %q:\n%s", w, msg)
+		}
+	}
+}
+
+func TestConfigPlacementFor(t *testing.T) {
+	c := Default()
+	c.Cluster.Etcd.Endpoints = []string{"http://127.0.0.1:2379"}
+	c.Cluster.Placement = []Placement{
+		{Queues: "orders-eu", Nodes: []string{"eu-1"}},
+		{Queues: "orders-*", Nodes: []string{"node-a", "node-b"}},
+		{Queues: "*-eu", Nodes: []string{"eu-2"}},
+		{Queues: "audit.[0-9]", Nodes: []string{"node-c"}},
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		queue string
+		want  []string
+	}{
+		{"orders-eu", []string{"eu-1"}},
+		{"orders-us", []string{"node-a", "node-b"}},
+		{"billing-eu", []string{"eu-2"}},
+		{"audit.7", []string{"node-c"}},
+		{"audit.x", nil},
+		{"orders", nil},
+		{"", nil},
+	}
+	for _, tc := range tests {
+		if got := c.PlacementFor(tc.queue); !slices.Equal(got, tc.want) {
+			t.Errorf("PlacementFor(%q) = %q, want %q", tc.queue, got, tc.want)
+		}
+	}
+	if got := Default().PlacementFor("orders"); got != nil {
+		t.Errorf("PlacementFor without rules = %q, want nil", got)
 	}
 }

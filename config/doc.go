@@ -6,12 +6,13 @@
 // Each setting takes its value from the first of these that sets it:
 //
 //  1. its flag: --data-dir, --mqtt, --mqtts, --ws, --wss, --http,
-//     --users-file, --allow-anonymous, --admin-token, --node-id, --log-level;
+//     --users-file, --allow-anonymous, --admin-token, --node-id, --log-level,
+//     --etcd, --cluster-addr, --cluster-advertise;
 //  2. the config file, named by --config or else by SHARDQ_CONFIG;
 //  3. its environment variable, SHARDQ_ and the flag's name in capitals
 //     with _ for -: SHARDQ_DATA_DIR, SHARDQ_MQTT, SHARDQ_WS, SHARDQ_HTTP,
 //     SHARDQ_USERS_FILE, SHARDQ_ALLOW_ANONYMOUS, SHARDQ_ADMIN_TOKEN,
-//     SHARDQ_NODE_ID, SHARDQ_LOG_LEVEL and the others;
+//     SHARDQ_NODE_ID, SHARDQ_LOG_LEVEL, SHARDQ_ETCD and the others;
 //  4. the built-in default (Default).
 //
 // So a flag overrides the file, and an environment variable overrides only
@@ -104,11 +105,35 @@
 //	limits:
 //	  max_queues: 1000      # auto-created queues past it: 0x97; 0: no limit
 //	  max_connections: 10000
+//	cluster:                # ignored without etcd endpoints: a single node
+//	  etcd:
+//	    endpoints: [http://10.0.0.1:2379, http://10.0.0.2:2379]  # --etcd, comma-separated
+//	    username: ""
+//	    password: ""
+//	    ca: ""              # PEM files: etcd's CAs, the node's client certificate
+//	    cert: ""
+//	    key: ""
+//	    dial_timeout: 10s   # waited for etcd at start
+//	    prefix: /shardq/    # keys of the cluster; one per cluster sharing an etcd
+//	  addr: 127.0.0.1:8991  # gRPC listener, dialled by the other nodes
+//	  advertise: ""         # the address they dial when not addr (0.0.0.0, NAT)
+//	  lease_ttl: 5s         # 1s to 60s; a node that cannot renew its lease stops committing
+//	  placement:            # first match wins; a queue no rule matches: any node
+//	    - {queues: "orders-*", nodes: [node-a, node-b]}
 //
 // A declared queue starts from queues.defaults, wherever defaults appears
 // in the file, and replaces only the fields its entry sets: above, orders
 // has 16 partitions, a 10s ack timeout and every other setting of the
 // defaults.
+//
+// # Cluster
+//
+// A node given etcd endpoints (cluster.etcd.endpoints, --etcd) is part of
+// a cluster (Clustered); without them it is a single node: the rest of the
+// cluster section must still hold known keys of the right types, but its
+// values are neither checked nor used. The patterns of cluster.placement
+// are path.Match globs of queue names; PlacementFor returns the nodes of
+// the first rule that matches a queue.
 //
 // # Usage
 //
@@ -134,6 +159,7 @@
 //	config: shardq.yaml:3: queues.defaults.colour: unknown setting (known here: partitions, ...)
 //	config: listen.mqtt: must be host:port, got "1883" (from --mqtt)
 //	config: shardq.yaml:9: auth.acl[2].action: must be publish, subscribe, produce, consume or admin, got "pub"
+//	config: shardq.yaml:31: cluster.placement[1].nodes: node ids must be 1 to 128 characters of A-Z a-z 0-9 _ . -, got "node a"
 //	config: --colour: unknown flag (known: --config, --data-dir, ...)
 //
 // Load reports every error of one run at once, joined with errors.Join:

@@ -56,6 +56,12 @@ var settings = []setting{
 			}
 			return reason
 		}},
+	{"etcd", "cluster.etcd.endpoints", "URLS", "the etcd client URLs of the cluster, comma-separated; none: a single node", "none",
+		list(func(c *Config) *[]string { return &c.Cluster.Etcd.Endpoints })},
+	{"cluster-addr", "cluster.addr", "HOST:PORT", "the address the cluster's gRPC listener binds, which the other nodes dial", DefaultClusterAddr,
+		text(func(c *Config) *string { return &c.Cluster.Addr })},
+	{"cluster-advertise", "cluster.advertise", "HOST:PORT", "the address the other nodes dial, when it differs from --cluster-addr (a listener on 0.0.0.0, NAT)", "--cluster-addr",
+		text(func(c *Config) *string { return &c.Cluster.Advertise })},
 }
 
 // text returns the set of a string setting: every value is valid here
@@ -75,6 +81,26 @@ func boolean(field func(*Config) *bool) func(*Config, string) string {
 			return fmt.Sprintf("must be true or false, got %q", v)
 		}
 		*field(c) = b
+		return ""
+	}
+}
+
+// list returns the set of a comma-separated list: each item is trimmed
+// and none may be empty. An empty value sets an empty list.
+func list(field func(*Config) *[]string) func(*Config, string) string {
+	return func(c *Config, v string) string {
+		if strings.TrimSpace(v) == "" {
+			*field(c) = nil
+			return ""
+		}
+		items := strings.Split(v, ",")
+		for i, item := range items {
+			items[i] = strings.TrimSpace(item)
+			if items[i] == "" {
+				return fmt.Sprintf("must be a comma-separated list without empty items, got %q", v)
+			}
+		}
+		*field(c) = items
 		return ""
 	}
 }

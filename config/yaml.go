@@ -116,6 +116,13 @@ func (d *decoder) top() []field {
 			{"acl", d.acl},
 		})},
 		{"limits", d.section(d.tagged(&c.Limits))},
+		{"cluster", d.section([]field{
+			{"etcd", d.section(d.tagged(&c.Cluster.Etcd))},
+			{"addr", d.leaf(&c.Cluster.Addr)},
+			{"advertise", d.leaf(&c.Cluster.Advertise)},
+			{"placement", d.placement},
+			{"lease_ttl", d.leaf(&c.Cluster.LeaseTTL)},
+		})},
 	}
 }
 
@@ -139,6 +146,29 @@ func (d *decoder) acl(n *yaml.Node, path string) error {
 		rules = append(rules, r)
 	}
 	d.c.Auth.ACL = rules
+	return nil
+}
+
+// placement decodes cluster.placement: a list of rules, each a mapping of
+// queues and nodes. The rules are checked by Validate.
+func (d *decoder) placement(n *yaml.Node, path string) error {
+	n = resolve(n)
+	if isNull(n) {
+		d.c.Cluster.Placement = nil
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return d.errorf(n, path, "must be a list of rules ({queues, nodes}), got %s", kindName(n))
+	}
+	rules := make([]Placement, 0, len(n.Content))
+	for i, e := range n.Content {
+		rpath := fmt.Sprintf("%s[%d]", path, i)
+		d.c.origin[rpath] = origin{file: d.file, line: resolve(e).Line}
+		var r Placement
+		d.fail(d.section(d.tagged(&r))(e, rpath))
+		rules = append(rules, r)
+	}
+	d.c.Cluster.Placement = rules
 	return nil
 }
 

@@ -59,14 +59,19 @@ type Credit struct {
 
 	mu      sync.Mutex
 	waiting []*group // groups that had a delivery for the connection and no credit
+	watch   func()   // told when credit comes back (Watch)
+	cap     int64
 }
 
 // NewCredit returns a credit of n.
 func NewCredit(n int) *Credit {
-	c := new(Credit)
+	c := &Credit{cap: int64(n)}
 	c.n.Store(int64(n))
 	return c
 }
+
+// Cap returns the credit the connection started with.
+func (c *Credit) Cap() int64 { return c.cap }
 
 // take takes one credit, or registers g to be kicked when one comes back.
 func (c *Credit) take(g *group) bool {
@@ -96,8 +101,42 @@ func (c *Credit) give(k *kicks) {
 	c.mu.Lock()
 	w := c.waiting
 	c.waiting = nil
+	watch := c.watch
 	c.mu.Unlock()
 	*k = append(*k, w...)
+	if watch != nil {
+		watch()
+	}
+}
+
+// TryTake takes one credit for a delivery made outside the queue (one
+// that came from another node); false when there is none.
+func (c *Credit) TryTake() bool {
+	for {
+		n := c.n.Load()
+		if n <= 0 {
+			return false
+		}
+		if c.n.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// Give returns a credit TryTake took.
+func (c *Credit) Give() {
+	var k kicks
+	c.give(&k)
+	k.run()
+}
+
+// Watch sets f to be told each time a credit comes back. f may run with a
+// partition's lock held: it must not block and must not call into the
+// queue, as Receiver.Deliver.
+func (c *Credit) Watch(f func()) {
+	c.mu.Lock()
+	c.watch = f
+	c.mu.Unlock()
 }
 
 // Consumer is one subscription of a group. Its methods are safe for

@@ -46,6 +46,15 @@ type ManagerOptions struct {
 	OnAck func(queue string, enqueuedAt time.Time)
 	// Clock replaces time.Now in tests.
 	Clock func() time.Time
+
+	// ManualOwnership: partitions are served only once acquired by the
+	// caller (a cluster decides which node serves which); without it
+	// every partition is acquired with SingleNodeEpoch as its queue is
+	// recovered or created.
+	ManualOwnership bool
+	// OnQueue, if set, is told about each queue created after the start,
+	// once it can be found by name. It must not block.
+	OnQueue func(q *Queue)
 }
 
 // DefaultManagerOptions returns the fine-tuning defaults.
@@ -280,6 +289,9 @@ func (m *Manager) create(ctx context.Context, name string, persist func(context.
 		}
 		m.mu.Unlock()
 		close(done)
+		if err == nil && m.opts.OnQueue != nil {
+			m.opts.OnQueue(q)
+		}
 	}()
 	if err := persist(ctx); err != nil {
 		return nil, false, err

@@ -138,6 +138,9 @@ func (m *Manager) partition(id PartitionID) (*partition, error) {
 // acquireAll acquires every partition of q and of its dead-letter queue
 // with the single node's epoch.
 func (m *Manager) acquireAll(q *Queue) error {
+	if m.opts.ManualOwnership {
+		return nil
+	}
 	for _, x := range []*Queue{q, q.dlq} {
 		for _, p := range x.parts {
 			if err := m.acquire(p, SingleNodeEpoch); err != nil {

@@ -168,6 +168,10 @@ type Batch struct {
 	DropGroups []GroupRef
 	// Dedups records (or, with a zero At, forgets) producers' dedup-ids.
 	Dedups []DedupMark
+	// Erase removes everything stored of a partition (messages, low
+	// watermark, group states, dedup-ids), before the Appends: a partition
+	// that moved to another node, or one about to be imported whole.
+	Erase []PartitionID
 }
 
 // DedupMark records that a message with dedup-id ID was stored at At in
@@ -236,7 +240,7 @@ type GroupRef struct {
 // Len is the number of writes in the batch.
 func (b *Batch) Len() int {
 	return len(b.Appends) + len(b.Deletes) + len(b.Floors) + len(b.Marks) +
-		len(b.Deliveries) + len(b.Queues) + len(b.DropQueues) + len(b.DropGroups) + len(b.Dedups)
+		len(b.Deliveries) + len(b.Queues) + len(b.DropQueues) + len(b.DropGroups) + len(b.Dedups) + len(b.Erase)
 }
 
 // Reset empties the batch, keeping its capacity.
@@ -251,6 +255,7 @@ func (b *Batch) Reset() {
 	b.DropQueues = b.DropQueues[:0]
 	b.DropGroups = b.DropGroups[:0]
 	b.Dedups = b.Dedups[:0]
+	b.Erase = b.Erase[:0]
 }
 
 // Merge appends the writes of o to b.
@@ -264,6 +269,7 @@ func (b *Batch) Merge(o *Batch) {
 	b.DropQueues = append(b.DropQueues, o.DropQueues...)
 	b.DropGroups = append(b.DropGroups, o.DropGroups...)
 	b.Dedups = append(b.Dedups, o.Dedups...)
+	b.Erase = append(b.Erase, o.Erase...)
 }
 
 // ByPartition splits the partition writes of b by partition; Queues and
@@ -277,6 +283,7 @@ func (b *Batch) ByPartition() map[int]*Batch {
 	splitInto(per, b.Deliveries, func(w DeliveryMark) int { return w.Partition }, func(x *Batch) *[]DeliveryMark { return &x.Deliveries })
 	splitInto(per, b.DropGroups, func(w GroupRef) int { return w.Partition }, func(x *Batch) *[]GroupRef { return &x.DropGroups })
 	splitInto(per, b.Dedups, func(w DedupMark) int { return w.Partition }, func(x *Batch) *[]DedupMark { return &x.Dedups })
+	splitInto(per, b.Erase, func(w PartitionID) int { return w.Partition }, func(x *Batch) *[]PartitionID { return &x.Erase })
 	return per
 }
 

@@ -64,6 +64,10 @@ func DLQName(queue string) string { return queue + dlqSuffix }
 // IsDLQ reports whether name is a dead-letter queue's internal name.
 func IsDLQ(name string) bool { return strings.HasSuffix(name, dlqSuffix) }
 
+// ParentName returns the queue a dead-letter queue belongs to; any other
+// name is returned unchanged.
+func ParentName(name string) string { return strings.TrimSuffix(name, dlqSuffix) }
+
 // TopicName is the MQTT topic of a queue (or dead-letter queue) and subject.
 func TopicName(queue, subject string) string {
 	if subject == "" {

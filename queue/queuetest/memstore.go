@@ -199,7 +199,7 @@ type memShard struct {
 var _ queue.Shard = (*memShard)(nil)
 
 // Write applies b atomically: it checks the whole batch before it changes
-// anything. The order of application is Queues, DropQueues, Appends, Deletes, Floors,
+// anything. The order of application is Queues, DropQueues, Erase, Appends, Deletes, Floors,
 // Marks, Deliveries, DropGroups, as in storage/badger.
 func (s *memShard) Write(b *queue.Batch, sync bool) error {
 	if err := validateBatch(b); err != nil {
@@ -216,6 +216,12 @@ func (s *memShard) Write(b *queue.Batch, sync bool) error {
 	}
 	for _, name := range b.DropQueues {
 		delete(d.queues, name)
+	}
+	for _, id := range b.Erase {
+		k := partKey{id.Queue, id.Partition}
+		delete(d.parts, k)
+		delete(d.groups, k)
+		delete(d.dedups, k)
 	}
 	for _, a := range b.Appends {
 		d.part(a.Queue, a.Partition).put(cloneMessage(a.Message))

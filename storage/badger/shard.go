@@ -60,7 +60,7 @@ func (s *Shard) acquire() error {
 
 // Write applies b in one Badger transaction committed once; SyncWrites
 // makes the commit fsync, so the batch is durable when Write returns nil
-// whatever sync says. The writes apply in the order Queues, DropQueues, Appends,
+// whatever sync says. The writes apply in the order Queues, DropQueues, Erase, Appends,
 // Deletes, Floors, Marks, Deliveries, DropGroups, and in slice order within
 // each. A batch larger than one Badger transaction (15% of MemTableSize)
 // is committed in several parts: each part is atomic, the batch is not.
@@ -115,6 +115,11 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 	}
 	for _, name := range b.DropQueues {
 		if err := w.del(queueKey(name)); err != nil {
+			return err
+		}
+	}
+	for _, id := range b.Erase {
+		if err := erasePartition(w, id.Queue, uint32(id.Partition)); err != nil {
 			return err
 		}
 	}
@@ -181,6 +186,19 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 		}
 	}
 	return applyDedups(w, b.Dedups)
+}
+
+// erasePartitionKinds are the key kinds a partition's data is kept under.
+var erasePartitionKinds = []byte{kindMessage, kindLow, kindTrim, kindFloor, kindSettled, kindDelivery, kindDedup}
+
+// erasePartition deletes every key of the partition.
+func erasePartition(w *txnWriter, q string, p uint32) error {
+	for _, kind := range erasePartitionKinds {
+		if err := deletePrefix(w, partitionPrefix(kind, q, p)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deletePrefix deletes every key starting with prefix.
@@ -520,6 +538,14 @@ func validateBatch(b *queue.Batch) error {
 	}
 	for _, name := range b.DropQueues {
 		if err := checkQueue(name); err != nil {
+			return err
+		}
+	}
+	for _, id := range b.Erase {
+		if err := checkQueue(id.Queue); err != nil {
+			return err
+		}
+		if _, err := checkPartition(id.Partition); err != nil {
 			return err
 		}
 	}

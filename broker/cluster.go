@@ -1,0 +1,129 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/shardq/shardq/cluster"
+	"github.com/shardq/shardq/config"
+	"github.com/shardq/shardq/queue"
+)
+
+// newClusterNode returns the cluster node of a clustered config, not yet
+// started: its storage guard and manager options apply before the
+// manager is built; it starts once the listeners are bound (Serve).
+func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
+	c := cfg.Cluster
+	o := cluster.Options{
+		NodeID:      cfg.NodeID,
+		Endpoints:   c.Etcd.Endpoints,
+		Username:    c.Etcd.Username,
+		Password:    c.Etcd.Password,
+		DialTimeout: c.Etcd.DialTimeout,
+		Prefix:      c.Etcd.Prefix,
+		Addr:        c.Addr,
+		Advertise:   c.Advertise,
+		LeaseTTL:    c.LeaseTTL,
+		Logger:      b.log,
+		Metrics:     cluster.NewMetrics(b.registry, cfg.NodeID),
+	}
+	if len(c.Placement) > 0 {
+		o.Placement = cfg.PlacementFor
+		for i, r := range c.Placement {
+			o.PlacementRules = append(o.PlacementRules, cluster.PlacementRule{Name: fmt.Sprintf("cluster.placement[%d] (%s)", i, r.Queues), Nodes: r.Nodes})
+		}
+	}
+	if c.Etcd.CA != "" || c.Etcd.Cert != "" {
+		t, err := etcdTLS(c.Etcd)
+		if err != nil {
+			return nil, err
+		}
+		o.TLS = t
+	}
+	return cluster.New(o)
+}
+
+// etcdTLS is the client TLS config of cluster.etcd.
+func etcdTLS(e config.Etcd) (*tls.Config, error) {
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if e.CA != "" {
+		pem, err := os.ReadFile(e.CA)
+		if err != nil {
+			return nil, fmt.Errorf("broker: cluster.etcd.ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("broker: cluster.etcd.ca: no PEM certificate in %s", e.CA)
+		}
+		t.RootCAs = pool
+	}
+	if e.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(e.Cert, e.Key)
+		if err != nil {
+			return nil, fmt.Errorf("broker: cluster.etcd.cert: %w", err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
+
+// startCluster joins the cluster once the listeners are bound, so that the
+// addresses published are the ones bound.
+func (b *Broker) startCluster() error {
+	if b.node == nil {
+		return nil
+	}
+	b.node.SetAddrs(b.addrs["mqtt"], b.HTTPAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Cluster.Etcd.DialTimeout+b.cfg.Cluster.LeaseTTL+5*time.Second)
+	defer cancel()
+	if err := b.node.Start(ctx, b.manager); err != nil {
+		return err
+	}
+	b.log.Info("cluster node started", "node", b.cfg.NodeID, "cluster_addr", b.node.Addr(), "etcd", b.cfg.Cluster.Etcd.Endpoints)
+	return nil
+}
+
+// leaveCluster hands this node's partitions over to the others; clients
+// are still served meanwhile.
+func (b *Broker) leaveCluster(ctx context.Context) {
+	if b.node == nil {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, leaveTimeout)
+	defer cancel()
+	if err := b.node.Leave(lctx); err != nil {
+		b.log.Warn("leaving the cluster", "err", err)
+	}
+}
+
+// leaveTimeout bounds the handover at shutdown.
+const leaveTimeout = 25 * time.Second
+
+// Cluster returns the node's cluster part; nil on a single node.
+func (b *Broker) Cluster() *cluster.Node { return b.node }
+
+// service is what the MQTT side is served by.
+func (b *Broker) service() queue.Service {
+	if b.node != nil {
+		return b.node
+	}
+	return b.manager
+}
+
+// declareInCluster records the declared queues in the cluster's catalog:
+// a count that differs from the cluster's refuses the start.
+func (b *Broker) declareInCluster() error {
+	if b.node == nil {
+		return nil
+	}
+	for name := range b.cfg.Queues.Declared {
+		if err := b.node.Declare(context.Background(), name); err != nil {
+			return fmt.Errorf("broker: declared queue %q: %w", name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,388 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	pb "github.com/shardq/shardq/cluster/clusterpb"
+	"github.com/shardq/shardq/queue"
+)
+
+// A consumer connected here takes the deliveries of this node's
+// partitions from the local manager, and those of every other node's
+// through a Consume stream to it. The owner runs a consumer of its own for
+// the stream, in the same group, so leases, per-key order, max deliveries
+// and the DLQ stay the owner's. Credit is kept here, where the client is:
+// the owner may have a window of deliveries out on the stream, and each
+// one takes a credit of the client's connection before it is sent; one
+// that finds none waits here until a PUBACK gives one back.
+
+// remoteSub is one consumer here with its streams to the other nodes.
+type remoteSub struct {
+	n     *Node
+	f     queue.Filter
+	r     queue.Receiver
+	o     queue.ConsumerOptions
+	local queue.Subscription
+
+	mu      sync.Mutex
+	streams map[string]context.CancelFunc
+	waiting []queue.Delivery  // deliveries waiting for the client's credit
+	leases  map[leaseKey]bool // remote leases out, true while holding a credit
+	closed  bool
+}
+
+type leaseKey struct {
+	id     queue.PartitionID
+	group  string
+	offset uint64
+	seq    uint64
+}
+
+func keyOf(l queue.LeaseRef) leaseKey { return leaseKey{l.Partition, l.Group, l.Offset, l.Seq} }
+
+// subscribeRemote starts the streams of a consumer whose local part is
+// local.
+func (n *Node) subscribeRemote(f queue.Filter, r queue.Receiver, o queue.ConsumerOptions, local queue.Subscription) *remoteSub {
+	rs := &remoteSub{n: n, f: f, r: r, o: o, local: local, streams: map[string]context.CancelFunc{}, leases: map[leaseKey]bool{}}
+	n.mu.Lock()
+	n.subs[rs] = struct{}{}
+	if o.Credit != nil && !n.watched[o.Credit] {
+		n.watched[o.Credit] = true
+		c := o.Credit
+		c.Watch(func() { n.creditBack(c) })
+	}
+	n.mu.Unlock()
+	rs.refresh()
+	return rs
+}
+
+// creditBack sends the deliveries waiting for the credit c.
+func (n *Node) creditBack(c *queue.Credit) {
+	n.mu.Lock()
+	var subs []*remoteSub
+	for rs := range n.subs {
+		if rs.o.Credit == c {
+			subs = append(subs, rs)
+		}
+	}
+	n.mu.Unlock()
+	for _, rs := range subs {
+		rs.drain()
+	}
+}
+
+// refreshSubs opens the streams of every consumer to new members and ends
+// those to nodes gone.
+func (n *Node) refreshSubs() {
+	n.mu.Lock()
+	subs := make([]*remoteSub, 0, len(n.subs))
+	for rs := range n.subs {
+		subs = append(subs, rs)
+	}
+	n.mu.Unlock()
+	for _, rs := range subs {
+		rs.refresh()
+	}
+}
+
+func (n *Node) members() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]string, 0, len(n.view.nodes))
+	for id := range n.view.nodes {
+		if id != n.opts.NodeID {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (rs *remoteSub) refresh() {
+	live := rs.n.members()
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.closed {
+		return
+	}
+	seen := map[string]bool{}
+	for _, id := range live {
+		seen[id] = true
+		if rs.streams[id] == nil {
+			ctx, cancel := context.WithCancel(rs.n.ctx)
+			rs.streams[id] = cancel
+			go rs.run(ctx, id)
+		}
+	}
+	for id, cancel := range rs.streams {
+		if !seen[id] {
+			cancel()
+			delete(rs.streams, id)
+		}
+	}
+}
+
+// window is how many deliveries a stream may have out: the consumer's
+// credit split over the nodes, at least 1.
+func (rs *remoteSub) window() int32 {
+	w := rs.o.Prefetch
+	if rs.o.Credit != nil && (w == 0 || int(rs.o.Credit.Cap()) < w) {
+		w = int(rs.o.Credit.Cap())
+	}
+	if w <= 0 {
+		w = 64
+	}
+	nodes := len(rs.n.members()) + 1
+	return int32(max(1, (w+nodes-1)/nodes))
+}
+
+// run keeps the stream to node open until ctx ends, opening it again
+// after a break.
+func (rs *remoteSub) run(ctx context.Context, node string) {
+	for ctx.Err() == nil {
+		err := rs.stream(ctx, node)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			rs.n.log.Debug("consumer stream ended", "node", node, "queue", rs.f.Queue, "group", rs.f.Group, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (rs *remoteSub) stream(ctx context.Context, node string) error {
+	p, err := rs.n.peer(node)
+	if err != nil {
+		return err
+	}
+	s, err := p.client.Consume(ctx)
+	if err != nil {
+		return err
+	}
+	ps := make([]int32, len(rs.o.Partitions))
+	for i, x := range rs.o.Partitions {
+		ps[i] = int32(x)
+	}
+	if err := s.Send(&pb.ConsumeUp{Subscribe: &pb.Subscribe{Queue: rs.f.Queue, Group: rs.f.Group, Shared: rs.f.Shared,
+		AllSubjects: rs.f.AllSubjects, Partitions: ps, Prefetch: int32(rs.o.Prefetch), Explicit: rs.o.Explicit,
+		Credit: rs.window(), Node: rs.n.opts.NodeID}}); err != nil {
+		return err
+	}
+	for {
+		down, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		if e := fromResult(down.Error); e != nil {
+			return e
+		}
+		for _, w := range down.Deliveries {
+			l := fromPBLease(w.Lease)
+			rs.deliver(queue.Delivery{Lease: l, Queue: l.Partition.Queue, Partition: l.Partition.Partition,
+				Message: fromPBMessage(w.Message), Count: w.Count, Explicit: w.Explicit})
+		}
+	}
+}
+
+// deliver sends d to the client when its connection has credit, else
+// keeps it until a credit comes back.
+func (rs *remoteSub) deliver(d queue.Delivery) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.closed {
+		return
+	}
+	rs.leases[keyOf(d.Lease)] = false
+	rs.n.registerLease(d.Lease, rs)
+	if len(rs.waiting) > 0 || (rs.o.Credit != nil && !rs.o.Credit.TryTake()) {
+		rs.waiting = append(rs.waiting, d)
+		return
+	}
+	rs.send(d)
+}
+
+// send hands d to the client; rs.mu is held and d's credit taken.
+func (rs *remoteSub) send(d queue.Delivery) {
+	rs.leases[keyOf(d.Lease)] = true
+	rs.n.Metrics().remote.Inc()
+	rs.r.Deliver(d)
+}
+
+// drain sends the waiting deliveries the client's credit allows.
+func (rs *remoteSub) drain() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for len(rs.waiting) > 0 && !rs.closed {
+		if rs.o.Credit != nil && !rs.o.Credit.TryTake() {
+			return
+		}
+		d := rs.waiting[0]
+		rs.waiting = rs.waiting[1:]
+		rs.send(d)
+	}
+}
+
+// settle sends a settlement to the lease's owner; a PUBACK (RECEIVED, or
+// the first settlement of a delivery) gives the client's credit back.
+func (rs *remoteSub) settle(l queue.LeaseRef, op pb.SettleOp) error {
+	k := keyOf(l)
+	rs.mu.Lock()
+	held, known := rs.leases[k]
+	if known && held && (op == pb.SettleOp_RECEIVED || !rs.o.Explicit) {
+		rs.leases[k] = false
+	} else {
+		held = false
+	}
+	if known && op != pb.SettleOp_RECEIVED && op != pb.SettleOp_EXTEND {
+		delete(rs.leases, k)
+		rs.n.forgetLease(l)
+	}
+	rs.mu.Unlock()
+	if held && rs.o.Credit != nil {
+		defer rs.o.Credit.Give()
+	}
+	owner := rs.n.ownerOf(l.Partition)
+	if owner == rs.n.opts.NodeID {
+		// Moved here since: the lease ended with the move.
+		return queue.ErrNotLeased
+	}
+	p, err := rs.n.peer(owner)
+	if err != nil {
+		return &linkError{unavailable(l.Partition, owner, err)}
+	}
+	ctx, cancel := context.WithTimeout(rs.n.ctx, 5*time.Second)
+	defer cancel()
+	resp, err := p.client.Settle(ctx, &pb.SettleRequest{Lease: toPBLease(l), Op: op})
+	if err != nil {
+		return &linkError{unavailable(l.Partition, owner, err)}
+	}
+	return fromResult(resp.Result)
+}
+
+// Close ends the consumer here and on every node.
+func (rs *remoteSub) Close() {
+	rs.mu.Lock()
+	if rs.closed {
+		rs.mu.Unlock()
+		return
+	}
+	rs.closed = true
+	for _, cancel := range rs.streams {
+		cancel()
+	}
+	rs.streams = nil
+	held := 0
+	for k, h := range rs.leases {
+		if h {
+			held++
+		}
+		rs.n.forgetLeaseKey(k)
+	}
+	rs.leases = nil
+	rs.waiting = nil
+	rs.mu.Unlock()
+	rs.n.mu.Lock()
+	delete(rs.n.subs, rs)
+	rs.n.mu.Unlock()
+	rs.local.Close()
+	_ = held // the connection and its credit are going away
+}
+
+// The remote leases of consumers here, so that a settlement finds its way.
+
+func (n *Node) registerLease(l queue.LeaseRef, rs *remoteSub) {
+	n.leases.Store(keyOf(l), rs)
+}
+
+func (n *Node) forgetLease(l queue.LeaseRef) { n.leases.Delete(keyOf(l)) }
+
+func (n *Node) forgetLeaseKey(k leaseKey) { n.leases.Delete(k) }
+
+// remoteLease returns the consumer here holding the remote lease l, or
+// nil when l is this node's own.
+func (n *Node) remoteLease(l queue.LeaseRef, _ pb.SettleOp) *remoteSub {
+	if v, ok := n.leases.Load(keyOf(l)); ok {
+		return v.(*remoteSub)
+	}
+	return nil
+}
+
+// Consume runs a consumer here for a client connected to another node.
+func (s *server) Consume(stream pb.Node_ConsumeServer) error {
+	ctx := stream.Context()
+	up, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	sub := up.Subscribe
+	if sub == nil {
+		return errors.New("cluster: a consume stream starts with a subscribe")
+	}
+	if _, err := s.n.open(ctx, sub.Queue); err != nil {
+		return stream.Send(&pb.ConsumeDown{Error: toResult(0, err)})
+	}
+	sr := &streamReceiver{wake: make(chan struct{}, 1)}
+	o := queue.ConsumerOptions{Prefetch: int(sub.Prefetch), Explicit: sub.Explicit, Credit: queue.NewCredit(int(max(1, sub.Credit)))}
+	f := queue.Filter{Queue: sub.Queue, Group: sub.Group, Shared: sub.Shared, AllSubjects: sub.AllSubjects}
+	c, err := s.n.m.Subscribe(ctx, f, sr, o)
+	if err != nil {
+		return stream.Send(&pb.ConsumeDown{Error: toResult(0, err)})
+	}
+	defer c.Close()
+	go func() {
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.n.ctx.Done():
+			return nil
+		case <-sr.wake:
+		}
+		ds := sr.take()
+		if len(ds) == 0 {
+			continue
+		}
+		if err := stream.Send(&pb.ConsumeDown{Deliveries: ds}); err != nil {
+			return err
+		}
+	}
+}
+
+// streamReceiver collects a remote consumer's deliveries for its stream.
+type streamReceiver struct {
+	mu   sync.Mutex
+	out  []*pb.Delivery
+	wake chan struct{}
+}
+
+func (r *streamReceiver) Deliver(d queue.Delivery) {
+	w := &pb.Delivery{Lease: toPBLease(d.Lease), Message: toPBMessage(d.Message), Count: d.Count, Explicit: d.Explicit}
+	r.mu.Lock()
+	r.out = append(r.out, w)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *streamReceiver) take() []*pb.Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.out
+	r.out = nil
+	return out
+}

@@ -1,0 +1,437 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// What the cluster keeps in etcd, under the prefix P:
+//
+//	P nodes/{id}          NodeInfo, under the node's lease: the live members
+//	P known/{id}          "", kept: every node id that ever joined
+//	P queues/{name}       QueueInfo, kept: the catalog of queues
+//	P owners/{queue}/{p}  Ownership, kept: the owner and epoch of a partition
+//
+// A partition's owner claims it with a transaction on the ownership key's
+// revision that raises the epoch; a dead-letter partition goes with its
+// queue's partition, under the same key and epoch.
+
+type keys struct{ prefix string }
+
+func (k keys) node(id string) string  { return k.prefix + "nodes/" + id }
+func (k keys) known(id string) string { return k.prefix + "known/" + id }
+func (k keys) queue(name string) string {
+	return k.prefix + "queues/" + name
+}
+func (k keys) owner(id queue.PartitionID) string {
+	return k.prefix + "owners/" + id.Queue + "/" + strconv.Itoa(id.Partition)
+}
+
+// NodeInfo is what a member publishes about itself.
+type NodeInfo struct {
+	ID      string `json:"id"`
+	MQTT    string `json:"mqtt"`
+	HTTP    string `json:"http"`
+	Cluster string `json:"cluster_addr"`
+	Session int64  `json:"session"` // its lease id
+}
+
+// QueueInfo is a queue's entry in the catalog.
+type QueueInfo struct {
+	Partitions int `json:"partitions"`
+}
+
+// Ownership records who owns a partition, under which epoch. Session is
+// the owner's lease when it claimed: an owner that finds another session
+// there restarted or lost its lease, and claims again with a higher epoch.
+type Ownership struct {
+	Owner   string `json:"owner"`
+	Epoch   uint64 `json:"epoch"`
+	Session int64  `json:"session"`
+	rev     int64  // the key's mod revision
+}
+
+// view is the node's copy of the cluster's keys, kept by the watch.
+type view struct {
+	nodes   map[string]NodeInfo
+	known   map[string]bool
+	queues  map[string]QueueInfo
+	owners  map[queue.PartitionID]Ownership
+	rev     int64
+	leaving bool // this node is leaving: it wants no partition
+}
+
+func newView() view {
+	return view{nodes: map[string]NodeInfo{}, known: map[string]bool{}, queues: map[string]QueueInfo{}, owners: map[queue.PartitionID]Ownership{}}
+}
+
+// apply records one key's new value (nil: deleted).
+func (v *view) apply(k keys, key string, value []byte, rev int64) {
+	rest, ok := strings.CutPrefix(key, k.prefix)
+	if !ok {
+		return
+	}
+	kind, name, _ := strings.Cut(rest, "/")
+	switch kind {
+	case "nodes":
+		if value == nil {
+			delete(v.nodes, name)
+			return
+		}
+		var ni NodeInfo
+		if json.Unmarshal(value, &ni) == nil {
+			v.nodes[name] = ni
+		}
+	case "known":
+		if value == nil {
+			delete(v.known, name)
+		} else {
+			v.known[name] = true
+		}
+	case "queues":
+		if value == nil {
+			delete(v.queues, name)
+			return
+		}
+		var qi QueueInfo
+		if json.Unmarshal(value, &qi) == nil {
+			v.queues[name] = qi
+		}
+	case "owners":
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 {
+			return
+		}
+		p, err := strconv.Atoi(name[i+1:])
+		if err != nil {
+			return
+		}
+		id := queue.PartitionID{Queue: name[:i], Partition: p}
+		if value == nil {
+			delete(v.owners, id)
+			return
+		}
+		var o Ownership
+		if json.Unmarshal(value, &o) == nil {
+			o.rev = rev
+			v.owners[id] = o
+		}
+	}
+}
+
+// join registers the node under a new lease. A live node holding the id
+// keeps it: the call waits one lease TTL for it to expire (a restarted
+// node finds its own previous key), then fails with ErrNodeIDInUse.
+func (n *Node) join(ctx context.Context) error {
+	deadline := time.Now().Add(n.opts.LeaseTTL + 2*time.Second)
+	for {
+		err := n.register(ctx)
+		if err == nil || !errors.Is(err, ErrNodeIDInUse) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// register takes a lease, writes the node's key under it if no live node
+// holds the id, and keeps the lease alive.
+func (n *Node) register(ctx context.Context) error {
+	ttl := int64(n.opts.LeaseTTL / time.Second)
+	if ttl < 1 {
+		ttl = 1
+	}
+	grant, err := n.etcd.Grant(ctx, ttl)
+	if err != nil {
+		return fmt.Errorf("cluster: etcd lease: %w", err)
+	}
+	granted := monoNow()
+	info, _ := json.Marshal(NodeInfo{ID: n.opts.NodeID, MQTT: n.opts.MQTT, HTTP: n.opts.HTTP, Cluster: n.addr, Session: int64(grant.ID)})
+	key := n.keys.node(n.opts.NodeID)
+	resp, err := n.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(info), clientv3.WithLease(grant.ID)), clientv3.OpPut(n.keys.known(n.opts.NodeID), "")).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		_, _ = n.etcd.Revoke(context.Background(), grant.ID)
+		return fmt.Errorf("cluster: registering node %s: %w", n.opts.NodeID, err)
+	}
+	if !resp.Succeeded {
+		_, _ = n.etcd.Revoke(context.Background(), grant.ID)
+		holder := ""
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			var other NodeInfo
+			_ = json.Unmarshal(kvs[0].Value, &other)
+			holder = other.Cluster
+		}
+		return fmt.Errorf("%w: node id %q is held by a live node (cluster address %s); node ids must be unique", ErrNodeIDInUse, n.opts.NodeID, holder)
+	}
+	ch, err := n.etcd.KeepAlive(n.ctx, grant.ID)
+	if err != nil {
+		return fmt.Errorf("cluster: keeping the etcd lease alive: %w", err)
+	}
+	// The lease started no earlier than the request: until the first
+	// renewal, it lasts from then.
+	n.guard.until.Store(granted + int64(n.opts.LeaseTTL-n.opts.LeaseTTL/5))
+	n.mu.Lock()
+	n.session = grant.ID
+	n.mu.Unlock()
+	n.member.Store(true)
+	n.wg.Add(1)
+	go n.keepAlive(grant.ID, ch)
+	n.log.Info("joined the cluster", "node", n.opts.NodeID, "cluster_addr", n.addr, "lease", int64(grant.ID))
+	return nil
+}
+
+// keepAlive renews the guard with each renewal of the lease. When the
+// lease is lost (etcd unreachable past the TTL, or the node was paused),
+// the node stops serving its partitions and joins again.
+func (n *Node) keepAlive(id clientv3.LeaseID, ch <-chan *clientv3.LeaseKeepAliveResponse) {
+	defer n.wg.Done()
+	for resp := range ch {
+		if resp.TTL <= 0 {
+			break
+		}
+		n.guard.renewed(time.Duration(resp.TTL) * time.Second)
+	}
+	if n.ctx.Err() != nil {
+		return
+	}
+	n.guard.lost()
+	n.member.Store(false)
+	n.mu.Lock()
+	if n.session == id {
+		n.session = 0
+	}
+	leaving := n.view.leaving
+	n.mu.Unlock()
+	n.log.Warn("lost the cluster lease: serving no partition until joined again")
+	n.releaseAll()
+	if leaving {
+		return
+	}
+	for n.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(n.ctx, n.opts.LeaseTTL)
+		err := n.register(ctx)
+		cancel()
+		if err == nil {
+			n.poke()
+			return
+		}
+		n.log.Warn("joining the cluster again", "err", err)
+		select {
+		case <-n.ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// deregister removes the node from the membership (the lease ends).
+func (n *Node) deregister(ctx context.Context) error {
+	n.mu.Lock()
+	id := n.session
+	n.mu.Unlock()
+	if id == 0 {
+		return nil
+	}
+	_, err := n.etcd.Delete(ctx, n.keys.node(n.opts.NodeID))
+	return err
+}
+
+// watch keeps the view: one read of every key, then the changes.
+func (n *Node) watch() {
+	defer n.wg.Done()
+	for n.ctx.Err() == nil {
+		resp, err := n.etcd.Get(n.ctx, n.keys.prefix, clientv3.WithPrefix())
+		if err != nil {
+			n.log.Warn("reading the cluster's keys", "err", err)
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			continue
+		}
+		v := newView()
+		for _, kv := range resp.Kvs {
+			v.apply(n.keys, string(kv.Key), kv.Value, kv.ModRevision)
+		}
+		v.rev = resp.Header.Revision
+		n.mu.Lock()
+		v.leaving = n.view.leaving
+		n.view = v
+		n.mu.Unlock()
+		n.changedView()
+		wch := n.etcd.Watch(clientv3.WithRequireLeader(n.ctx), n.keys.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wch {
+			if wr.Err() != nil {
+				n.log.Warn("watching the cluster's keys", "err", wr.Err())
+				break
+			}
+			n.mu.Lock()
+			for _, ev := range wr.Events {
+				var value []byte
+				if ev.Type == mvccpb.Event_PUT {
+					value = ev.Kv.Value
+				}
+				n.view.apply(n.keys, string(ev.Kv.Key), value, ev.Kv.ModRevision)
+			}
+			n.view.rev = wr.Header.Revision
+			n.mu.Unlock()
+			n.changedView()
+		}
+	}
+}
+
+func (n *Node) changedView() {
+	n.poke()
+	n.ownershipChanged()
+	n.refreshSubs()
+}
+
+// catalogQueue returns the partition count of the named queue, recording
+// partitions for it when the catalog has none. A queue the catalog holds
+// with another count is ErrPartitionsChanged when declared is set (this
+// node's config says partitions); otherwise the catalog's count is used.
+func (n *Node) catalogQueue(ctx context.Context, name string, partitions int, declared bool) (int, error) {
+	key := n.keys.queue(name)
+	info, _ := json.Marshal(QueueInfo{Partitions: partitions})
+	resp, err := n.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(info))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
+	}
+	if resp.Succeeded {
+		n.mu.Lock()
+		n.view.queues[name] = QueueInfo{Partitions: partitions}
+		n.mu.Unlock()
+		return partitions, nil
+	}
+	var have QueueInfo
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		_ = json.Unmarshal(kvs[0].Value, &have)
+	}
+	if declared && have.Partitions != partitions {
+		return 0, fmt.Errorf("%w: queue %q has %d partitions in the cluster, this node's config says %d",
+			queue.ErrPartitionsChanged, name, have.Partitions, partitions)
+	}
+	return have.Partitions, nil
+}
+
+// checkCatalog records the queues this node has in the cluster's catalog
+// and refuses to start when a count differs from the cluster's.
+func (n *Node) checkCatalog(ctx context.Context) error {
+	for _, q := range n.m.Queues() {
+		if queue.IsDLQ(q.Name()) {
+			continue
+		}
+		got, err := n.catalogQueue(ctx, q.Name(), q.Partitions(), true)
+		if err != nil {
+			return err
+		}
+		if got != q.Partitions() {
+			return fmt.Errorf("%w: queue %q has %d partitions here, %d in the cluster", queue.ErrPartitionsChanged, q.Name(), q.Partitions(), got)
+		}
+	}
+	return nil
+}
+
+// ErrUnknownNode is returned by Start when a placement rule names a node
+// that never joined the cluster.
+var ErrUnknownNode = errors.New("cluster: placement names an unknown node")
+
+// checkPlacement refuses placement rules naming nodes the cluster does
+// not know (that never joined).
+func (n *Node) checkPlacement(ctx context.Context) error {
+	if n.opts.Placement == nil {
+		return nil
+	}
+	resp, err := n.etcd.Get(ctx, n.keys.prefix+"known/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return fmt.Errorf("cluster: reading the known nodes: %w", err)
+	}
+	known := map[string]bool{n.opts.NodeID: true}
+	for _, kv := range resp.Kvs {
+		known[strings.TrimPrefix(string(kv.Key), n.keys.prefix+"known/")] = true
+	}
+	if unknown := n.unknownPlacement(known); unknown != "" {
+		return fmt.Errorf("%w: %s", ErrUnknownNode, unknown)
+	}
+	return nil
+}
+
+// PlacementRules, when the broker sets it, lists the rules for the check
+// at start: each rule's name and nodes.
+type PlacementRule struct {
+	Name  string // how the config names the rule, e.g. cluster.placement[1]
+	Nodes []string
+}
+
+func (n *Node) unknownPlacement(known map[string]bool) string {
+	for _, r := range n.opts.PlacementRules {
+		for _, id := range r.Nodes {
+			if !known[id] {
+				return fmt.Sprintf("%s names node %q, which never joined the cluster (known: %s)", r.Name, id, strings.Join(sortedKeys(known), ", "))
+			}
+		}
+	}
+	return ""
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// claim makes this node the owner of id with the next epoch, if the
+// ownership key is still as seen (prev nil: absent).
+func (n *Node) claim(ctx context.Context, id queue.PartitionID, prev *Ownership, owner string, session int64) (Ownership, bool, error) {
+	key := n.keys.owner(id)
+	next := Ownership{Owner: owner, Epoch: 1, Session: session}
+	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	if prev != nil {
+		next.Epoch = prev.Epoch + 1
+		cmp = clientv3.Compare(clientv3.ModRevision(key), "=", prev.rev)
+	}
+	v, _ := json.Marshal(next)
+	resp, err := n.etcd.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(v))).Commit()
+	if err != nil {
+		return next, false, err
+	}
+	if !resp.Succeeded {
+		return next, false, nil
+	}
+	next.rev = resp.Header.Revision
+	n.mu.Lock()
+	if cur, ok := n.view.owners[id]; !ok || cur.rev < next.rev {
+		n.view.owners[id] = next
+	}
+	n.mu.Unlock()
+	n.Metrics().claims.Inc()
+	return next, true, nil
+}
+
+func zapDiscard() *zap.Logger { return zap.NewNop() }

@@ -1,0 +1,98 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// guard knows until when this node may commit: a little less than its
+// etcd lease's TTL after the last renewal etcd confirmed. Past that, etcd
+// may have expired the lease and another node may own the partitions, so
+// every write is refused, and so is the acknowledgement of a write that
+// completed past it.
+type guard struct {
+	until atomic.Int64 // monotonic nanoseconds since start; 0: never
+}
+
+var clockStart = time.Now()
+
+func monoNow() int64 { return int64(time.Since(clockStart)) }
+
+// renewed records a renewal confirmed now of a lease of ttl.
+func (g *guard) renewed(ttl time.Duration) {
+	// A renewal's answer comes after etcd restarted the TTL: less the
+	// margin for the request's way there, the lease lasts at least until
+	// now + ttl.
+	g.until.Store(monoNow() + int64(ttl-ttl/5))
+}
+
+// lost forgets the lease.
+func (g *guard) lost() { g.until.Store(0) }
+
+// check returns ErrFenced when the node may not commit.
+func (g *guard) check() error {
+	if monoNow() < g.until.Load() {
+		return nil
+	}
+	return errNoLease
+}
+
+var errNoLease = fmt.Errorf("%w: this node's cluster membership lapsed", queue.ErrFenced)
+
+type guardedStore struct {
+	s queue.LogStore
+	g *guard
+}
+
+func (s *guardedStore) OpenLogs(o queue.LogOptions) (queue.Logs, error) {
+	logs, err := s.s.OpenLogs(o)
+	if err != nil {
+		return nil, err
+	}
+	return &guardedLogs{Logs: logs, g: s.g}, nil
+}
+
+type guardedLogs struct {
+	queue.Logs
+	g *guard
+}
+
+func (l *guardedLogs) Log(id queue.PartitionID, committed func([]*queue.Message, error)) queue.Log {
+	return &guardedLog{Log: l.Logs.Log(id, committed), g: l.g}
+}
+
+// SaveQueues is the node's own catalog: a queue is recorded here before
+// anything is appended to it, whatever the membership.
+func (l *guardedLogs) SaveQueues(ctx context.Context, metas []queue.QueueMeta) error {
+	return l.Logs.SaveQueues(ctx, metas)
+}
+
+type guardedLog struct {
+	queue.Log
+	g *guard
+}
+
+func (l *guardedLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, sync bool, done func(error)) {
+	// A message's offset is assigned already (the manager's Admit refused
+	// it before, while the lease had lapsed): it goes to the log so that
+	// the partition learns its fate, and only its acknowledgement is
+	// refused. A state write alone is refused before it is made.
+	if err := l.g.check(); err != nil && msg == nil {
+		if done != nil {
+			done(err)
+		}
+		return
+	}
+	l.Log.Append(epoch, msg, state, sync, func(err error) {
+		if err == nil {
+			err = l.g.check()
+		}
+		if done != nil {
+			done(err)
+		}
+	})
+}

@@ -1,0 +1,71 @@
+package cluster
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// Metrics are the cluster's series, shardq_cluster_*.
+type Metrics struct {
+	owned    *prometheus.GaugeVec
+	epoch    *prometheus.GaugeVec
+	forwards *prometheus.CounterVec
+	latency  prometheus.Histogram
+	moves    *prometheus.CounterVec
+	claims   prometheus.Counter
+	routed   prometheus.Counter
+	remote   prometheus.Counter
+}
+
+// NewMetrics returns the cluster's metrics, registered on reg when it is
+// not nil; node labels every series.
+func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
+	l := prometheus.Labels{"node": node}
+	m := &Metrics{
+		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardq_cluster_partition_owned",
+			Help: "1 for each partition this node serves.", ConstLabels: l}, []string{"queue", "partition"}),
+		epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardq_cluster_partition_epoch",
+			Help: "The epoch under which this node serves each partition.", ConstLabels: l}, []string{"queue", "partition"}),
+		forwards: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardq_cluster_forwards_total",
+			Help: "Publishes forwarded to the partition's owner, by result.", ConstLabels: l}, []string{"result"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardq_cluster_forward_seconds",
+			Help: "Time from forwarding a publish to the owner's answer.", ConstLabels: l,
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardq_cluster_moves_total",
+			Help: "Partitions this node handed over to another, by result.", ConstLabels: l}, []string{"result"}),
+		claims: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_claims_total",
+			Help: "Ownership records this node wrote (each raises a partition's epoch).", ConstLabels: l}),
+		routed: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_routed_total",
+			Help: "Plain MQTT publishes sent to other nodes' subscribers.", ConstLabels: l}),
+		remote: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_remote_deliveries_total",
+			Help: "Queue deliveries sent to consumers connected to other nodes.", ConstLabels: l}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote} {
+			reg.MustRegister(c)
+		}
+	}
+	return m
+}
+
+// Metrics returns the node's metrics.
+func (n *Node) Metrics() *Metrics { return n.opts.Metrics }
+
+func (m *Metrics) setOwned(id queue.PartitionID, epoch uint64, owned bool) {
+	p := strconv.Itoa(id.Partition)
+	if owned {
+		m.owned.WithLabelValues(id.Queue, p).Set(1)
+		m.epoch.WithLabelValues(id.Queue, p).Set(float64(epoch))
+		return
+	}
+	m.owned.DeleteLabelValues(id.Queue, p)
+	m.epoch.DeleteLabelValues(id.Queue, p)
+}
+
+func (m *Metrics) clearOwned() {
+	m.owned.Reset()
+	m.epoch.Reset()
+}

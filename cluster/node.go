@@ -1,0 +1,319 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	pb "github.com/shardq/shardq/cluster/clusterpb"
+	"github.com/shardq/shardq/queue"
+)
+
+// Options configure a cluster node.
+type Options struct {
+	// NodeID names the node, unique in the cluster and stable across
+	// restarts. Required.
+	NodeID string
+	// Etcd reaches the cluster's etcd. Endpoints are required.
+	Endpoints   []string
+	Username    string
+	Password    string
+	TLS         *tls.Config
+	DialTimeout time.Duration // how long Start waits for etcd; default 10s
+	Prefix      string        // key prefix; default "/shardq/"
+	// Addr is the gRPC listen address; Advertise the address peers dial
+	// (default the listener's).
+	Addr      string
+	Advertise string
+	// MQTT and HTTP are the node's client addresses, shown to operators.
+	MQTT string
+	HTTP string
+	// LeaseTTL: a node that cannot renew its etcd lease for this long stops
+	// committing and loses its membership. Default 5s.
+	LeaseTTL time.Duration
+	// Placement returns the node ids that may own the named queue's
+	// partitions; nil (or a nil result) means every node.
+	Placement func(queue string) []string
+	// PlacementRules are checked at Start: every node they name must have
+	// joined the cluster once.
+	PlacementRules []PlacementRule
+	// MoveWait bounds how long a publish waits for its partition to get a
+	// reachable owner (a move, a node starting) before it fails with
+	// ErrNotOwned. Default 3s.
+	MoveWait time.Duration
+	Logger   *slog.Logger
+	// Hooks, when set, carry ordinary MQTT between nodes (plain.go).
+	Plain PlainHandler
+	// Admin, when set, answers the admin reads peers gather.
+	Admin func(ctx context.Context, method, path string, body []byte) (int, []byte)
+	// Metrics, when set, is told about forwards and moves.
+	Metrics *Metrics
+}
+
+// Node is this node's part of a cluster: its membership in etcd, the
+// partitions it owns, and its links to the other nodes.
+type Node struct {
+	opts Options
+	log  *slog.Logger
+	m    *queue.Manager
+	etcd *clientv3.Client
+	keys keys
+
+	grpc *grpc.Server
+	ln   net.Listener
+	addr string // the address peers dial
+
+	guard guard
+
+	mu      sync.Mutex
+	view    view
+	session clientv3.LeaseID // the lease of this node's membership; 0 while it has none
+	peers   map[string]*peer
+	moving  map[queue.PartitionID]bool // handovers under way
+	subs    map[*remoteSub]struct{}    // consumers here with streams to peers
+	watched map[*queue.Credit]bool     // connections' credits watched for deliveries waiting
+	leases  sync.Map                   // leaseKey -> *remoteSub: remote leases of consumers here
+	changed chan struct{}              // the view changed: reconcile
+	notify  chan struct{}              // closed and replaced when ownership changes here
+
+	member atomic.Bool
+	closed atomic.Bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// ErrNodeIDInUse is returned by Start when a live node holds the node id.
+var ErrNodeIDInUse = errors.New("cluster: node id in use")
+
+// New checks o and returns a node that has not joined yet: the broker
+// wraps its storage with Guard and builds its queue manager with
+// ManagerOptions, then calls Start.
+func New(o Options) (*Node, error) {
+	if o.NodeID == "" {
+		return nil, errors.New("cluster: a node id is required")
+	}
+	if len(o.Endpoints) == 0 {
+		return nil, errors.New("cluster: no etcd endpoints")
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	if o.Prefix == "" {
+		o.Prefix = "/shardq/"
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 5 * time.Second
+	}
+	if o.MoveWait <= 0 {
+		o.MoveWait = 3 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil, o.NodeID)
+	}
+	n := &Node{opts: o, log: o.Logger.With("component", "cluster"), keys: keys{o.Prefix},
+		peers: map[string]*peer{}, moving: map[queue.PartitionID]bool{}, subs: map[*remoteSub]struct{}{}, watched: map[*queue.Credit]bool{},
+		changed: make(chan struct{}, 1), notify: make(chan struct{}), view: newView()}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// ManagerOptions sets what a cluster needs of the queue manager: the
+// node decides which partitions it serves, and hears of new queues.
+func (n *Node) ManagerOptions(mo *queue.ManagerOptions) {
+	mo.ManualOwnership = true
+	mo.OnQueue = func(*queue.Queue) { n.poke() }
+	admit := mo.Admit
+	mo.Admit = func() error {
+		if err := n.guard.check(); err != nil {
+			return err
+		}
+		if admit != nil {
+			return admit()
+		}
+		return nil
+	}
+}
+
+// Start connects to etcd, registers the node, starts its gRPC listener
+// and begins to claim the partitions it should own. It fails when etcd
+// cannot be reached within the dial timeout, when a live node holds the
+// same id, or when a queue's partition count here differs from the
+// cluster's.
+func (n *Node) Start(ctx context.Context, m *queue.Manager) error {
+	n.m = m
+	cfg := clientv3.Config{Endpoints: n.opts.Endpoints, DialTimeout: n.opts.DialTimeout, TLS: n.opts.TLS,
+		Username: n.opts.Username, Password: n.opts.Password, Logger: zapDiscard(),
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return fmt.Errorf("cluster: connecting to etcd at %v: %w", n.opts.Endpoints, err)
+	}
+	n.etcd = cli
+	sctx, cancel := context.WithTimeout(ctx, n.opts.DialTimeout)
+	defer cancel()
+	if _, err := cli.Get(sctx, n.keys.prefix, clientv3.WithCountOnly()); err != nil {
+		_ = cli.Close()
+		return fmt.Errorf("cluster: etcd at %v did not answer within %s: %w", n.opts.Endpoints, n.opts.DialTimeout, err)
+	}
+	if err := n.listen(); err != nil {
+		_ = cli.Close()
+		return err
+	}
+	if err := n.join(ctx); err != nil {
+		n.stopServing()
+		_ = cli.Close()
+		return err
+	}
+	if err := n.checkCatalog(ctx); err != nil {
+		n.stopServing()
+		_ = cli.Close()
+		return err
+	}
+	if err := n.checkPlacement(ctx); err != nil {
+		n.stopServing()
+		_ = cli.Close()
+		return err
+	}
+	n.wg.Add(2)
+	go n.watch()
+	go n.reconcileLoop()
+	return nil
+}
+
+// listen starts the gRPC server on Addr.
+func (n *Node) listen() error {
+	ln, err := net.Listen("tcp", n.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("cluster: listening on %s: %w", n.opts.Addr, err)
+	}
+	n.ln = ln
+	n.addr = n.opts.Advertise
+	if n.addr == "" {
+		n.addr = ln.Addr().String()
+	}
+	n.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
+	pb.RegisterNodeServer(n.grpc, &server{n: n})
+	go func() { _ = n.grpc.Serve(ln) }()
+	return nil
+}
+
+func (n *Node) stopServing() {
+	if n.grpc != nil {
+		n.grpc.Stop()
+	}
+}
+
+// Addr returns the address peers dial.
+func (n *Node) Addr() string { return n.addr }
+
+// ID returns the node's id.
+func (n *Node) ID() string { return n.opts.NodeID }
+
+// Ready reports whether the node is a member of the cluster that may
+// commit: it holds its lease in etcd.
+func (n *Node) Ready() error {
+	if !n.member.Load() {
+		return errors.New("not a member of the cluster (etcd unreachable or lease lost)")
+	}
+	return n.guard.check()
+}
+
+// Guard wraps a log store so that nothing is committed while the node may
+// have lost its membership: a node paused or cut off from etcd longer than
+// its lease cannot make a write, or an acknowledgement, after another node
+// took its partitions over.
+func (n *Node) Guard(s queue.LogStore) queue.LogStore { return &guardedStore{s: s, g: &n.guard} }
+
+// poke asks the reconcile loop to run.
+func (n *Node) poke() {
+	select {
+	case n.changed <- struct{}{}:
+	default:
+	}
+}
+
+// ownershipChanged wakes the publishes waiting for an owner.
+func (n *Node) ownershipChanged() {
+	n.mu.Lock()
+	close(n.notify)
+	n.notify = make(chan struct{})
+	n.mu.Unlock()
+}
+
+// Leave hands every partition this node owns over to the others and
+// leaves the cluster; it returns when done or when ctx ends. The node
+// still serves clients meanwhile, forwarding to the new owners.
+func (n *Node) Leave(ctx context.Context) error {
+	if n.etcd == nil {
+		return nil
+	}
+	n.mu.Lock()
+	n.view.leaving = true
+	n.mu.Unlock()
+	// Out of the membership first, so that every owner picks the others.
+	if err := n.deregister(ctx); err != nil {
+		n.log.Warn("leaving the membership", "err", err)
+	}
+	n.poke()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if n.ownsNothing() {
+			return nil
+		}
+		n.poke()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: handing partitions over: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the node's cluster work: it releases nothing (Leave hands
+// partitions over); streams to and from peers end.
+func (n *Node) Close() error {
+	if !n.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	n.cancel()
+	n.mu.Lock()
+	subs := make([]*remoteSub, 0, len(n.subs))
+	for s := range n.subs {
+		subs = append(subs, s)
+	}
+	n.mu.Unlock()
+	for _, s := range subs {
+		s.Close()
+	}
+	n.stopServing()
+	n.wg.Wait()
+	n.mu.Lock()
+	for _, p := range n.peers {
+		p.close()
+	}
+	n.peers = map[string]*peer{}
+	n.mu.Unlock()
+	if n.etcd != nil {
+		if n.session != 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = n.etcd.Revoke(ctx, n.session)
+			cancel()
+		}
+		return n.etcd.Close()
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package cluster
+
+import (
+	"context"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	pb "github.com/shardq/shardq/cluster/clusterpb"
+	"github.com/shardq/shardq/queue"
+)
+
+// Ownership: every partition's owner is the live node, among those
+// placement allows, with the highest rendezvous score for the partition.
+// A node joining or leaving changes the winner only of the partitions it
+// wins or held. The owner that is no longer the winner hands the
+// partition over: it stops serving it, copies it to the winner, records
+// the winner as owner with the next epoch, and erases its copy. A dead
+// owner keeps its partitions (with replication factor 1 they live on its
+// disk alone): they are not served until it returns.
+
+// score is the rendezvous weight of node for partition id.
+func score(node string, id queue.PartitionID) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(node))
+	h.Write([]byte{0})
+	h.Write([]byte(id.Queue))
+	h.Write([]byte{0, byte(id.Partition >> 24), byte(id.Partition >> 16), byte(id.Partition >> 8), byte(id.Partition)})
+	// A final mix: FNV's low bits alone spread poorly over similar names.
+	x := h.Sum64()
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return x
+}
+
+// winner returns the live node that should own id, or "".
+func (v *view) winner(id queue.PartitionID, allowed []string, self string) string {
+	best, bestScore := "", uint64(0)
+	for node := range v.nodes {
+		if node == self && v.leaving {
+			continue
+		}
+		if allowed != nil && !slices.Contains(allowed, node) {
+			continue
+		}
+		if s := score(node, id); best == "" || s > bestScore || (s == bestScore && node < best) {
+			best, bestScore = node, s
+		}
+	}
+	return best
+}
+
+func (n *Node) allowed(queueName string) []string {
+	if n.opts.Placement == nil {
+		return nil
+	}
+	return n.opts.Placement(queueName)
+}
+
+func (n *Node) reconcileLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.changed:
+		case <-t.C:
+		}
+		n.reconcile()
+	}
+}
+
+// reconcile brings the partitions this node serves in line with the view.
+func (n *Node) reconcile() {
+	if !n.member.Load() || n.guard.check() != nil {
+		return
+	}
+	n.mu.Lock()
+	self, session := n.opts.NodeID, int64(n.session)
+	queues := make(map[string]QueueInfo, len(n.view.queues))
+	for name, qi := range n.view.queues {
+		queues[name] = qi
+	}
+	n.mu.Unlock()
+	for name, qi := range queues {
+		if n.ctx.Err() != nil {
+			return
+		}
+		if _, err := n.m.Ensure(n.ctx, name, qi.Partitions); err != nil {
+			n.log.Error("queue of the cluster's catalog", "queue", name, "err", err)
+			continue
+		}
+		allowed := n.allowed(name)
+		for p := 0; p < qi.Partitions; p++ {
+			id := queue.PartitionID{Queue: name, Partition: p}
+			n.mu.Lock()
+			rec, has := n.view.owners[id]
+			target := n.view.winner(id, allowed, self)
+			moving := n.moving[id]
+			n.mu.Unlock()
+			if moving {
+				continue
+			}
+			switch {
+			case !has:
+				if target == self {
+					if o, ok, err := n.claim(n.ctx, id, nil, self, session); err != nil {
+						n.log.Warn("claiming a partition", "partition", id.String(), "err", err)
+					} else if ok {
+						n.acquire(id, o.Epoch)
+					}
+				}
+			case rec.Owner == self:
+				if rec.Session != session {
+					// Claimed by an earlier run or lease of this node: the
+					// writes made under it must be refused from now on.
+					o, ok, err := n.claim(n.ctx, id, &rec, self, session)
+					if err != nil {
+						n.log.Warn("claiming a partition again", "partition", id.String(), "err", err)
+						continue
+					}
+					if !ok {
+						continue
+					}
+					rec = o
+				}
+				if epoch, owned := n.m.Owned(id); !owned || epoch != rec.Epoch {
+					n.acquire(id, rec.Epoch)
+				}
+				if target != "" && target != self && n.liveNode(target) {
+					n.startHandover(id, rec, target)
+				}
+			default:
+				n.dropIfServed(id, rec)
+			}
+		}
+	}
+}
+
+// liveNode reports whether node is a member now.
+func (n *Node) liveNode(node string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, ok := n.view.nodes[node]
+	return ok
+}
+
+// pair returns a partition and its dead-letter partition.
+func pair(id queue.PartitionID) [2]queue.PartitionID {
+	return [2]queue.PartitionID{id, {Queue: queue.DLQName(id.Queue), Partition: id.Partition}}
+}
+
+// acquire serves id (and its dead-letter partition) under epoch.
+func (n *Node) acquire(id queue.PartitionID, epoch uint64) {
+	for _, x := range pair(id) {
+		if err := n.m.Acquire(n.ctx, x, epoch); err != nil {
+			n.log.Error("serving a partition", "partition", x.String(), "epoch", epoch, "err", err)
+			return
+		}
+	}
+	n.Metrics().setOwned(id, epoch, true)
+	n.log.Info("serving partition", "partition", id.String(), "epoch", epoch)
+	n.ownershipChanged()
+}
+
+// dropIfServed stops serving id when another node owns it now.
+func (n *Node) dropIfServed(id queue.PartitionID, rec Ownership) {
+	for _, x := range pair(id) {
+		if _, owned := n.m.Owned(x); owned {
+			if err := n.m.Release(n.ctx, x); err != nil {
+				n.log.Warn("releasing a partition another node owns", "partition", x.String(), "err", err)
+			}
+			n.Metrics().setOwned(id, rec.Epoch, false)
+			n.log.Info("partition owned elsewhere, released", "partition", x.String(), "owner", rec.Owner, "epoch", rec.Epoch)
+		}
+		_ = n.m.Fence(x, rec.Epoch)
+	}
+}
+
+// releaseAll stops serving every partition (the lease is gone).
+func (n *Node) releaseAll() {
+	for _, q := range n.m.Queues() {
+		for p := 0; p < q.Partitions(); p++ {
+			id := queue.PartitionID{Queue: q.Name(), Partition: p}
+			if _, owned := n.m.Owned(id); owned {
+				ctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL)
+				_ = n.m.Release(ctx, id)
+				cancel()
+			}
+		}
+	}
+	n.Metrics().clearOwned()
+	n.ownershipChanged()
+}
+
+// ownsNothing reports whether no ownership record names this node.
+func (n *Node) ownsNothing() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, o := range n.view.owners {
+		if o.Owner == n.opts.NodeID {
+			return false
+		}
+	}
+	return true
+}
+
+// startHandover moves id to target in the background, once at a time.
+func (n *Node) startHandover(id queue.PartitionID, rec Ownership, target string) {
+	n.mu.Lock()
+	if n.moving[id] {
+		n.mu.Unlock()
+		return
+	}
+	n.moving[id] = true
+	n.mu.Unlock()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		start := time.Now()
+		err := n.handover(id, rec, target)
+		n.mu.Lock()
+		delete(n.moving, id)
+		n.mu.Unlock()
+		if err != nil {
+			n.log.Warn("handing a partition over", "partition", id.String(), "to", target, "err", err)
+			n.Metrics().moves.WithLabelValues("failed").Inc()
+			// Serve it again until the next try.
+			n.acquire(id, rec.Epoch)
+			n.poke()
+			return
+		}
+		n.Metrics().moves.WithLabelValues("done").Inc()
+		n.log.Info("partition handed over", "partition", id.String(), "to", target, "epoch", rec.Epoch+1, "took", time.Since(start).Round(time.Millisecond))
+	}()
+}
+
+// importChunk caps the messages of one import message.
+const importChunk = 512
+
+// handover releases id, copies it to target, records target as its owner
+// with the next epoch and erases this node's copy.
+func (n *Node) handover(id queue.PartitionID, rec Ownership, target string) error {
+	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Minute)
+	defer cancel()
+	for _, x := range pair(id) {
+		if err := n.m.Release(ctx, x); err != nil {
+			return err
+		}
+	}
+	n.Metrics().setOwned(id, rec.Epoch, false)
+	n.ownershipChanged()
+	p, err := n.peer(target)
+	if err != nil {
+		return err
+	}
+	epoch := rec.Epoch + 1
+	stream, err := p.client.Import(ctx)
+	if err != nil {
+		return err
+	}
+	for _, x := range pair(id) {
+		st, err := n.m.PartitionState(x)
+		if err != nil {
+			return err
+		}
+		chunk := &pb.ImportChunk{Partition: &pb.PartitionID{Queue: x.Queue, Partition: int32(x.Partition)}, Epoch: epoch, State: toPBState(st), From: n.opts.NodeID}
+		for from := st.First; ; {
+			msgs, err := n.m.ReadPartition(x, from, st.Next, importChunk)
+			if err != nil {
+				return err
+			}
+			for _, m := range msgs {
+				chunk.Messages = append(chunk.Messages, toPBMessage(m))
+			}
+			if len(msgs) > 0 {
+				from = msgs[len(msgs)-1].Offset + 1
+			}
+			done := len(msgs) < importChunk || from >= st.Next
+			chunk.Last = done
+			if err := stream.Send(chunk); err != nil {
+				return err
+			}
+			if done {
+				break
+			}
+			chunk = &pb.ImportChunk{Partition: chunk.Partition, Epoch: epoch, From: n.opts.NodeID}
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	if err := fromResult(resp.Result); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	session := n.view.nodes[target].Session
+	n.mu.Unlock()
+	if _, ok, err := n.claim(ctx, id, &rec, target, session); err != nil {
+		return err
+	} else if !ok {
+		// Someone else changed the ownership meanwhile: keep the copy;
+		// the next reconcile decides.
+		return nil
+	}
+	for _, x := range pair(id) {
+		if err := n.m.ErasePartition(ctx, x, epoch); err != nil {
+			n.log.Warn("erasing a moved partition's copy", "partition", x.String(), "err", err)
+		}
+	}
+	return nil
+}

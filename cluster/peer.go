@@ -1,0 +1,231 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	pb "github.com/shardq/shardq/cluster/clusterpb"
+	"github.com/shardq/shardq/queue"
+)
+
+// peer is this node's link to another node: one gRPC connection, and on it
+// one stream that carries the publishes forwarded to that node.
+type peer struct {
+	n      *Node
+	id     string
+	addr   string
+	conn   *grpc.ClientConn
+	client pb.NodeClient
+
+	mu     sync.Mutex
+	fwd    *forwarder // nil until the first publish, and after a break
+	closed bool
+}
+
+// peer returns the link to node id, dialing it on first use.
+func (n *Node) peer(id string) (*peer, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	info, live := n.view.nodes[id]
+	if p := n.peers[id]; p != nil {
+		if !live || p.addr == info.Cluster {
+			return p, nil
+		}
+		p.close() // the node came back on another address
+		delete(n.peers, id)
+	}
+	if !live {
+		return nil, fmt.Errorf("node %s is not a member", id)
+	}
+	conn, err := grpc.NewClient(info.Cluster,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return nil, err
+	}
+	p := &peer{n: n, id: id, addr: info.Cluster, conn: conn, client: pb.NewNodeClient(conn)}
+	n.peers[id] = p
+	return p, nil
+}
+
+func (p *peer) close() {
+	p.mu.Lock()
+	p.closed = true
+	f := p.fwd
+	p.fwd = nil
+	p.mu.Unlock()
+	if f != nil {
+		f.fail(errors.New("link closed"))
+	}
+	_ = p.conn.Close()
+}
+
+// forwarder batches publishes onto one Publish stream and completes them
+// as the owner answers.
+type forwarder struct {
+	p      *peer
+	stream pb.Node_PublishClient
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	seq     uint64
+	queue   []*pb.Publish
+	pending map[uint64]pendingPublish
+	broken  error
+	wake    chan struct{}
+}
+
+type pendingPublish struct {
+	id    queue.PartitionID
+	done  func(error)
+	start time.Time
+}
+
+// publish forwards msg to partition id on this peer; done runs with the
+// owner's answer, or with ErrNotOwned when the link breaks first.
+func (p *peer) publish(id queue.PartitionID, msg *queue.Message, done func(error)) {
+	f, err := p.forwarder()
+	if err != nil {
+		done(unavailable(id, p.id, err))
+		return
+	}
+	f.mu.Lock()
+	if f.broken != nil {
+		err := f.broken
+		f.mu.Unlock()
+		done(unavailable(id, p.id, err))
+		return
+	}
+	f.seq++
+	f.pending[f.seq] = pendingPublish{id: id, done: done, start: time.Now()}
+	f.queue = append(f.queue, &pb.Publish{Seq: f.seq, Queue: id.Queue, Partition: int32(id.Partition), Message: toPBMessage(msg)})
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *peer) forwarder() (*forwarder, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("link closed")
+	}
+	if p.fwd != nil {
+		return p.fwd, nil
+	}
+	ctx, cancel := context.WithCancel(p.n.ctx)
+	stream, err := p.client.Publish(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	f := &forwarder{p: p, stream: stream, cancel: cancel, pending: map[uint64]pendingPublish{}, wake: make(chan struct{}, 1)}
+	p.fwd = f
+	go f.send()
+	go f.receive()
+	return f, nil
+}
+
+// maxForwardBatch caps the publishes of one stream message.
+const maxForwardBatch = 256
+
+func (f *forwarder) send() {
+	for {
+		select {
+		case <-f.wake:
+		case <-f.stream.Context().Done():
+			f.fail(f.stream.Context().Err())
+			return
+		}
+		for {
+			f.mu.Lock()
+			if f.broken != nil {
+				f.mu.Unlock()
+				return
+			}
+			batch := f.queue
+			if len(batch) > maxForwardBatch {
+				batch = batch[:maxForwardBatch]
+				f.queue = f.queue[maxForwardBatch:]
+			} else {
+				f.queue = nil
+			}
+			f.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			if err := f.stream.Send(&pb.PublishBatch{Publishes: batch}); err != nil {
+				f.fail(err)
+				return
+			}
+		}
+	}
+}
+
+func (f *forwarder) receive() {
+	m := f.p.n.Metrics()
+	for {
+		resp, err := f.stream.Recv()
+		if err != nil {
+			f.fail(err)
+			return
+		}
+		for _, r := range resp.Results {
+			f.mu.Lock()
+			pp, ok := f.pending[r.Seq]
+			delete(f.pending, r.Seq)
+			f.mu.Unlock()
+			if !ok {
+				continue
+			}
+			err := fromResult(r)
+			if err == nil {
+				m.forwards.WithLabelValues("ok").Inc()
+			} else {
+				m.forwards.WithLabelValues("refused").Inc()
+			}
+			m.latency.Observe(time.Since(pp.start).Seconds())
+			pp.done(err)
+		}
+	}
+}
+
+// fail ends the stream: every publish not answered fails with ErrNotOwned
+// (its fate is unknown: the client may publish it again), and the next
+// publish opens a new stream.
+func (f *forwarder) fail(cause error) {
+	f.mu.Lock()
+	if f.broken != nil {
+		f.mu.Unlock()
+		return
+	}
+	if cause == nil {
+		cause = errors.New("stream ended")
+	}
+	f.broken = cause
+	pending := f.pending
+	f.pending = nil
+	f.queue = nil
+	f.mu.Unlock()
+	f.cancel()
+	f.p.mu.Lock()
+	if f.p.fwd == f {
+		f.p.fwd = nil
+	}
+	f.p.mu.Unlock()
+	m := f.p.n.Metrics()
+	for _, pp := range pending {
+		m.forwards.WithLabelValues("broken").Inc()
+		pp.done(unavailable(pp.id, f.p.id, cause))
+	}
+}

@@ -1,0 +1,234 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "github.com/shardq/shardq/cluster/clusterpb"
+	"github.com/shardq/shardq/queue"
+)
+
+// The node serves the queues to the MQTT side (queue.Service) for the
+// whole cluster: a publish goes to its partition's owner, here or over
+// the link to it; a consumer takes deliveries from every node; a
+// settlement goes to the node whose lease it is.
+
+var _ queue.Service = (*Node)(nil)
+
+// notServed is the error of a partition with no reachable owner.
+func notServed(id queue.PartitionID) error {
+	return fmt.Errorf("%w: %s has no reachable owner", queue.ErrNotOwned, id)
+}
+
+// linkError is a call that did not reach its node: its outcome is
+// unknown, so it is not tried again; errors.Is finds ErrNotOwned.
+type linkError struct{ err error }
+
+func (e *linkError) Error() string        { return e.err.Error() }
+func (e *linkError) Is(target error) bool { return target == queue.ErrNotOwned }
+
+// open returns the named queue (or dead-letter queue), recording it in
+// the cluster's catalog first when it is new.
+func (n *Node) open(ctx context.Context, name string) (*queue.Queue, error) {
+	if q := n.m.Queue(name); q != nil {
+		return q, nil
+	}
+	parent := queue.ParentName(name)
+	partitions := 0
+	if e, ok := n.catalog(parent); ok {
+		partitions = e.partitions
+	} else {
+		o, declared, err := n.m.NewQueueOptions(parent)
+		if err != nil {
+			return nil, err
+		}
+		if partitions, err = n.catalogQueue(ctx, parent, o.Partitions, declared); err != nil {
+			return nil, err
+		}
+	}
+	q, err := n.m.Ensure(ctx, parent, partitions)
+	if err != nil {
+		return nil, err
+	}
+	n.poke()
+	if queue.IsDLQ(name) {
+		return q.DLQ(), nil
+	}
+	return q, nil
+}
+
+// Partitions returns the named queue's partition count.
+func (n *Node) Partitions(ctx context.Context, name string) (int, error) {
+	q, err := n.open(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	return q.Partitions(), nil
+}
+
+// CheckPartitions checks a claim of partitions by a consumer here.
+func (n *Node) CheckPartitions(ctx context.Context, name, group string, ps []int) error {
+	q, err := n.open(ctx, name)
+	if err != nil {
+		return err
+	}
+	return q.CheckPartitions(group, ps)
+}
+
+// Publish stores msg in its partition, on whichever node owns it; done
+// runs once the owner stored it, or with ErrNotOwned when no owner could
+// be reached within MoveWait (a move in progress, an owner down), or at
+// once when the link to the owner broke with the publish in flight.
+func (n *Node) Publish(ctx context.Context, name string, msg *queue.Message, done func(error)) {
+	if err := n.guard.check(); err != nil {
+		done(err)
+		return
+	}
+	q, err := n.open(ctx, name)
+	if err != nil {
+		done(err)
+		return
+	}
+	if max := n.m.MaxPayload(); max > 0 && len(msg.Payload) > max {
+		done(queue.ErrTooLarge)
+		return
+	}
+	id := queue.PartitionID{Queue: q.Name(), Partition: queue.PartitionFor(msg.Key, q.Partitions())}
+	n.route(ctx, id, msg, done, time.Now().Add(n.opts.MoveWait))
+}
+
+func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Message, done func(error), deadline time.Time) {
+	retry := func(err error) bool {
+		var le *linkError
+		if !errors.Is(err, queue.ErrNotOwned) || errors.As(err, &le) || time.Now().After(deadline) {
+			return false
+		}
+		go n.waitAndRoute(ctx, id, msg, done, deadline)
+		return true
+	}
+	if _, owned := n.m.Owned(id); owned {
+		n.m.Publish(ctx, id.Queue, msg, func(err error) {
+			if err != nil && retry(err) {
+				return
+			}
+			done(err)
+		})
+		return
+	}
+	owner := n.ownerOf(id)
+	if owner != "" && owner != n.opts.NodeID && n.liveNode(owner) {
+		p, err := n.peer(owner)
+		if err == nil {
+			p.publish(id, msg, func(err error) {
+				if err != nil && retry(err) {
+					return
+				}
+				done(err)
+			})
+			return
+		}
+	}
+	if !retry(notServed(id)) {
+		done(notServed(id))
+	}
+}
+
+// waitAndRoute routes again once the ownership changed, or a moment
+// passed.
+func (n *Node) waitAndRoute(ctx context.Context, id queue.PartitionID, msg *queue.Message, done func(error), deadline time.Time) {
+	n.mu.Lock()
+	ch := n.notify
+	n.mu.Unlock()
+	t := time.NewTimer(100 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-n.ctx.Done():
+		done(queue.ErrClosed)
+		return
+	}
+	n.route(ctx, id, msg, done, deadline)
+}
+
+// ownerOf returns the node the ownership record names for id, or "".
+func (n *Node) ownerOf(id queue.PartitionID) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.view.owners[queue.PartitionID{Queue: queue.ParentName(id.Queue), Partition: id.Partition}].Owner
+}
+
+// Subscribe adds a consumer here to the partitions this node serves and,
+// through a stream to each other node, to theirs.
+func (n *Node) Subscribe(ctx context.Context, f queue.Filter, r queue.Receiver, o queue.ConsumerOptions) (queue.Subscription, error) {
+	if _, err := n.open(ctx, f.Queue); err != nil {
+		return nil, err
+	}
+	local, err := n.m.Subscribe(ctx, f, r, o)
+	if err != nil {
+		return nil, err
+	}
+	return n.subscribeRemote(f, r, o, local), nil
+}
+
+// Settle ends a delivery, on the node that made it.
+func (n *Node) Settle(l queue.LeaseRef, o queue.Outcome) error {
+	op := pb.SettleOp_ACK
+	switch o {
+	case queue.Nack:
+		op = pb.SettleOp_NACK
+	case queue.Reject:
+		op = pb.SettleOp_REJECT
+	}
+	return n.settle(l, op)
+}
+
+// Received records the PUBACK of an explicit consumer's delivery.
+func (n *Node) Received(l queue.LeaseRef) { _ = n.settle(l, pb.SettleOp_RECEIVED) }
+
+// Extend renews a lease.
+func (n *Node) Extend(l queue.LeaseRef) error { return n.settle(l, pb.SettleOp_EXTEND) }
+
+func (n *Node) settle(l queue.LeaseRef, op pb.SettleOp) error {
+	rs := n.remoteLease(l, op)
+	if rs == nil {
+		switch op {
+		case pb.SettleOp_ACK:
+			return n.m.Settle(l, queue.Ack)
+		case pb.SettleOp_NACK:
+			return n.m.Settle(l, queue.Nack)
+		case pb.SettleOp_REJECT:
+			return n.m.Settle(l, queue.Reject)
+		case pb.SettleOp_RECEIVED:
+			n.m.Received(l)
+			return nil
+		default:
+			return n.m.Extend(l)
+		}
+	}
+	return rs.settle(l, op)
+}
+
+// Declare records a queue of this node's config in the cluster's catalog
+// and opens it here; a partition count that differs from the cluster's is
+// ErrPartitionsChanged.
+func (n *Node) Declare(ctx context.Context, name string) error {
+	o, declared, err := n.m.NewQueueOptions(name)
+	if err != nil {
+		return err
+	}
+	partitions, err := n.catalogQueue(ctx, name, o.Partitions, declared)
+	if err != nil {
+		return err
+	}
+	_, err = n.m.Ensure(ctx, name, partitions)
+	n.poke()
+	return err
+}
+
+// SetAddrs sets the client addresses the node publishes, before Start.
+func (n *Node) SetAddrs(mqtt, http string) {
+	n.opts.MQTT, n.opts.HTTP = mqtt, http
+}

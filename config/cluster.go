@@ -1,0 +1,92 @@
+package config
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+)
+
+// PlacementFor returns the ids of the nodes that may own the partitions of
+// queue: the nodes of the first cluster.placement rule whose pattern
+// matches it, or nil when none does (any node may).
+func (c *Config) PlacementFor(queue string) []string {
+	for _, r := range c.Cluster.Placement {
+		if ok, _ := path.Match(r.Queues, queue); ok {
+			return r.Nodes
+		}
+	}
+	return nil
+}
+
+// validateCluster checks the cluster settings of a clustered node; a
+// single node ignores them.
+func (c *Config) validateCluster(fail func(path, reason string, err error)) {
+	if !c.Clustered() {
+		return
+	}
+	cl := c.Cluster
+	if reason := checkAddr(cl.Addr); reason != "" {
+		fail("cluster.addr", reason, nil)
+	}
+	if cl.Advertise != "" {
+		if reason := checkAddr(cl.Advertise); reason != "" {
+			fail("cluster.advertise", reason, nil)
+		}
+	}
+	if d := cl.LeaseTTL; d < MinLeaseTTL || d > MaxLeaseTTL {
+		fail("cluster.lease_ttl", fmt.Sprintf("must be from %s to %s, got %s", MinLeaseTTL, MaxLeaseTTL, d), nil)
+	}
+
+	e := cl.Etcd
+	for _, ep := range e.Endpoints {
+		u, err := url.Parse(ep)
+		switch {
+		case err != nil:
+			fail("cluster.etcd.endpoints", fmt.Sprintf("must be http:// or https:// URLs, got %q", ep), err)
+		case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			fail("cluster.etcd.endpoints", fmt.Sprintf("must be http:// or https:// URLs, got %q", ep), nil)
+		}
+	}
+	if d := e.DialTimeout; d <= 0 {
+		fail("cluster.etcd.dial_timeout", fmt.Sprintf("must be positive, got %s", d), nil)
+	}
+	if p := e.Prefix; !strings.HasPrefix(p, "/") || !strings.HasSuffix(p, "/") {
+		fail("cluster.etcd.prefix", fmt.Sprintf("must start and end with /, got %q", p), nil)
+	}
+	if e.CA != "" {
+		if _, err := LoadCertPool(e.CA); err != nil {
+			fail("cluster.etcd.ca", err.Error(), err)
+		}
+	}
+	switch {
+	case (e.Cert == "") != (e.Key == ""):
+		fail("cluster.etcd.cert", "set both cluster.etcd.cert and cluster.etcd.key, or neither", nil)
+	case e.Cert != "":
+		if _, err := tls.LoadX509KeyPair(e.Cert, e.Key); err != nil {
+			fail("cluster.etcd.cert", "cannot load the certificate and key: "+err.Error(), err)
+		}
+	}
+
+	for i, r := range cl.Placement {
+		rpath := fmt.Sprintf("cluster.placement[%d]", i)
+		if r.Queues == "" {
+			fail(rpath+".queues", "must be a pattern of queue names (path.Match), such as orders-*", nil)
+		} else if _, err := path.Match(r.Queues, ""); err != nil {
+			fail(rpath+".queues", fmt.Sprintf("must be a pattern of queue names (path.Match), got %q", r.Queues), err)
+		}
+		if len(r.Nodes) == 0 {
+			fail(rpath+".nodes", "must list at least one node id", nil)
+		}
+		for j, id := range r.Nodes {
+			switch {
+			case !validName(id):
+				fail(rpath+".nodes", fmt.Sprintf("node ids must be 1 to 128 characters of A-Z a-z 0-9 _ . -, got %q", id), nil)
+			case slices.Contains(r.Nodes[:j], id):
+				fail(rpath+".nodes", fmt.Sprintf("lists %q twice", id), nil)
+			}
+		}
+	}
+}
