@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // Server is an embedded single-member etcd.
@@ -44,6 +45,7 @@ func Start(o Options) (*Server, error) {
 	cfg.Name = "dev"
 	cfg.LogLevel = "error"
 	cfg.Logger = "zap"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.UnsafeNoFsync = !o.Fsync
 	cfg.TickMs = 10
 	cfg.ElectionMs = 100

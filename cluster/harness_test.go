@@ -1,0 +1,367 @@
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/shardq/shardq/cluster/devetcd"
+)
+
+// The cluster tests run real shardq processes against an etcd embedded in
+// the test binary, on loopback.
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+func shardqBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "shardq-cluster-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "shardq")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/shardq/shardq/cmd/shardq").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// testCluster is an etcd and the shardq nodes of one test.
+type testCluster struct {
+	t     *testing.T
+	etcd  string
+	cli   *clientv3.Client
+	nodes map[string]*node
+	extra []string // flags every node gets
+}
+
+type node struct {
+	id, dir          string
+	mqtt, http, grpc string
+	cmd              *exec.Cmd
+	logPath          string
+	exited           chan struct{}
+}
+
+func newCluster(t *testing.T, extra ...string) *testCluster {
+	t.Helper()
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint()}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return &testCluster{t: t, etcd: e.Endpoint(), cli: cli, nodes: map[string]*node{}, extra: extra}
+}
+
+// start runs node id (again, with its data dir, after a stop) and waits
+// until it is ready.
+func (c *testCluster) start(id string, extra ...string) *node {
+	t := c.t
+	t.Helper()
+	n := c.nodes[id]
+	if n == nil {
+		n = &node{id: id, dir: t.TempDir(), mqtt: freeAddr(t), http: freeAddr(t), grpc: freeAddr(t)}
+		c.nodes[id] = n
+	}
+	n.launch(t, c, extra)
+	n.waitReady(t, 30*time.Second)
+	return n
+}
+
+func (n *node) launch(t *testing.T, c *testCluster, extra []string) {
+	t.Helper()
+	args := []string{"serve", "--data-dir", n.dir, "--mqtt", n.mqtt, "--http", n.http, "--ws", "",
+		"--node-id", n.id, "--etcd", c.etcd, "--cluster-addr", n.grpc, "--log-level", "debug"}
+	args = append(append(args, c.extra...), extra...)
+	n.cmd = exec.Command(shardqBinary(t), args...)
+	f, err := os.OpenFile(filepath.Join(n.dir, "..", n.id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.logPath = f.Name()
+	n.cmd.Stdout, n.cmd.Stderr = f, f
+	n.cmd.Env = append(os.Environ(), "SHARDQ_WS=")
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		_ = cmd.Wait()
+		_ = f.Close()
+		close(done)
+	}(n.cmd, n.exited)
+	t.Cleanup(func() { n.kill() })
+}
+
+func (n *node) waitReady(t *testing.T, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		select {
+		case <-n.exited:
+			t.Fatalf("node %s exited before it was ready:\n%s", n.id, n.logTail())
+		default:
+		}
+		resp, err := http.Get("http://" + n.http + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s not ready within %s:\n%s", n.id, within, n.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (n *node) logTail() string {
+	b, _ := os.ReadFile(n.logPath)
+	if len(b) > 6000 {
+		b = b[len(b)-6000:]
+	}
+	return string(b)
+}
+
+func (n *node) kill() {
+	if n.cmd != nil && n.cmd.Process != nil {
+		_ = n.cmd.Process.Kill()
+		<-n.exited
+	}
+}
+
+func (n *node) signal(s syscall.Signal) { _ = n.cmd.Process.Signal(s) }
+
+// waitExit waits for the node's process to end.
+func (n *node) waitExit(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case <-n.exited:
+	case <-time.After(within):
+		t.Fatalf("node %s still running after %s:\n%s", n.id, within, n.logTail())
+	}
+}
+
+// ownership is a partition's record in etcd.
+type ownership struct {
+	Owner string `json:"owner"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// owners reads the owners of the queue's partitions from etcd.
+func (c *testCluster) owners(queue string) map[int]ownership {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	prefix := "/shardq/owners/" + queue + "/"
+	resp, err := c.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[int]ownership{}
+	for _, kv := range resp.Kvs {
+		p, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), prefix))
+		if err != nil {
+			continue
+		}
+		var o ownership
+		_ = json.Unmarshal(kv.Value, &o)
+		out[p] = o
+	}
+	return out
+}
+
+// waitOwned waits until every partition of the queue is owned by one of
+// the nodes given, and each of them serves it.
+func (c *testCluster) waitOwned(queue string, partitions int, within time.Duration, nodes ...string) map[int]ownership {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		o := c.owners(queue)
+		ok := len(o) == partitions
+		for _, r := range o {
+			found := false
+			for _, id := range nodes {
+				found = found || r.Owner == id
+			}
+			ok = ok && found
+		}
+		if ok {
+			return o
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("partitions of %s not owned by %v within %s: %v", queue, nodes, within, o)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// client is an MQTT 5 client of a test.
+type client struct {
+	t  *testing.T
+	c  *paho.Client
+	mu sync.Mutex
+	// got records each received publish; ack decides whether it is acked.
+	got  []*paho.Publish
+	wake chan struct{}
+}
+
+// arrivals is every publish the test's clients received, in the order
+// they arrived.
+var arrivals arrivalLog
+
+type arrivalLog struct {
+	mu  sync.Mutex
+	log []arrival
+}
+
+type arrival struct {
+	client string
+	p      *paho.Publish
+}
+
+func (a *arrivalLog) add(client string, p *paho.Publish) {
+	a.mu.Lock()
+	a.log = append(a.log, arrival{client, p})
+	a.mu.Unlock()
+}
+
+// since returns the arrivals after the first n.
+func (a *arrivalLog) since(n int) []arrival {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]arrival(nil), a.log[n:]...)
+}
+
+func (a *arrivalLog) len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.log)
+}
+
+func dial(t *testing.T, addr, id string, rm uint16) *client {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &client{t: t, wake: make(chan struct{}, 1)}
+	cl.c = paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: id,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(r paho.PublishReceived) (bool, error) {
+			cl.mu.Lock()
+			cl.got = append(cl.got, r.Packet)
+			cl.mu.Unlock()
+			arrivals.add(id, r.Packet)
+			select {
+			case cl.wake <- struct{}{}:
+			default:
+			}
+			return true, nil
+		}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cl.c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30,
+		Properties: &paho.ConnectProperties{ReceiveMaximum: &rm}}); err != nil {
+		t.Fatalf("connect %s to %s: %v", id, addr, err)
+	}
+	t.Cleanup(func() { _ = cl.c.Disconnect(&paho.Disconnect{}) })
+	return cl
+}
+
+func (cl *client) subscribe(filter string) {
+	cl.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sa, err := cl.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+	if err != nil {
+		cl.t.Fatalf("subscribe %s: %v", filter, err)
+	}
+	if len(sa.Reasons) != 1 || sa.Reasons[0] > 1 {
+		cl.t.Fatalf("subscribe %s: reasons %v", filter, sa.Reasons)
+	}
+}
+
+// publish sends a QoS 1 publish and returns its PUBACK reason code.
+func (cl *client) publish(topic, key string, payload []byte) (byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	p := &paho.Publish{Topic: topic, QoS: 1, Payload: payload}
+	if key != "" {
+		p.Properties = &paho.PublishProperties{User: paho.UserProperties{{Key: "key", Value: key}}}
+	}
+	resp, err := cl.c.Publish(ctx, p)
+	if err != nil {
+		if resp != nil {
+			return resp.ReasonCode, nil
+		}
+		return 0, err
+	}
+	return resp.ReasonCode, nil
+}
+
+func (cl *client) received() []*paho.Publish {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return append([]*paho.Publish(nil), cl.got...)
+}
+
+// waitCount waits until the clients together received at least n
+// publishes.
+func waitCount(t *testing.T, n int, within time.Duration, cls ...*client) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		total := 0
+		for _, cl := range cls {
+			total += len(cl.received())
+		}
+		if total >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of %d publishes within %s", total, n, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
