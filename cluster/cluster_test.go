@@ -2,8 +2,13 @@ package cluster_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -86,5 +91,262 @@ func TestQueueAcrossNodes(t *testing.T) {
 		if group.name == "billing" && (by["g1-on-b"] == 0 || by["g1-on-c"] == 0) {
 			t.Errorf("group billing: deliveries by consumer %v: both nodes' consumers should take part", by)
 		}
+	}
+}
+
+// consumeAll subscribes a fresh consumer of group on n and waits until it
+// received every message in want (payloads), then a quiet moment.
+func consumeAll(t *testing.T, n *node, group string, l *ledger) []arrival {
+	t.Helper()
+	start := arrivals.len()
+	cl := dial(t, n.mqtt, "drain-"+group+"-"+n.id, 64)
+	cl.subscribe("$share/" + group + "/$queue/orders")
+	want := l.ackedCount()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := arrivals.since(start)
+		have := map[string]bool{}
+		for _, a := range got {
+			have[string(a.p.Payload)] = true
+		}
+		missing := 0
+		l.mu.Lock()
+		for p := range l.acked {
+			if !have[p] {
+				missing++
+			}
+		}
+		l.mu.Unlock()
+		if missing == 0 || time.Now().After(deadline) {
+			if missing > 0 {
+				t.Logf("%d of %d acknowledged messages still missing after 30s", missing, want)
+			}
+			return got
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkOrder reports keys whose messages arrived out of order (a message
+// after a later one of its key, redeliveries aside).
+func checkOrder(t *testing.T, got []arrival) {
+	t.Helper()
+	last := map[string]int{}
+	for _, a := range got {
+		key, i := parseMessage(t, a.p.Payload)
+		if prev, ok := last[key]; ok && i < prev {
+			t.Errorf("key %s: %d arrived after %d", key, i, prev)
+		}
+		last[key] = max(last[key], i)
+	}
+}
+
+// TestSIGTERMHandsOver: a node stopped with SIGTERM under load hands its
+// partitions over and exits; no acknowledged message is lost and order
+// per key holds.
+func TestSIGTERMHandsOver(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a")
+	c.start("b")
+	cc := c.start("c")
+	prod := dial(t, a.mqtt, "producer", 64)
+	if code, err := prod.publish("$queue/orders", "k0", message("warmup", 0)); err != nil || code != 0 {
+		t.Fatalf("first publish: %#x %v", code, err)
+	}
+	owned := c.waitOwned("orders", 8, 10*time.Second, "a", "b", "c")
+	onC := 0
+	for _, o := range owned {
+		if o.Owner == "c" {
+			onC++
+		}
+	}
+	stop := make(chan struct{})
+	l, done := produce(prod, "$queue/orders", 16, stop)
+	waitAcked(t, l, 300)
+	cc.signal(syscall.SIGTERM)
+	cc.waitExit(t, 30*time.Second)
+	if cc.cmd.ProcessState.ExitCode() != 0 {
+		t.Errorf("node c exited with %d:\n%s", cc.cmd.ProcessState.ExitCode(), cc.logTail())
+	}
+	n := l.ackedCount()
+	waitAcked(t, l, n+200)
+	close(stop)
+	<-done
+	for p, o := range c.owners("orders") {
+		if o.Owner == "c" {
+			t.Errorf("partition %d still owned by the stopped node", p)
+		}
+	}
+	t.Logf("c owned %d partitions; %d acknowledged, codes %v", onC, l.ackedCount(), l.codes)
+	got := consumeAll(t, a, "g", l)
+	l.check(t, got)
+	checkOrder(t, got)
+}
+
+// waitAcked waits until the ledger holds n acknowledged messages.
+func waitAcked(t *testing.T, l *ledger, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for l.ackedCount() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d publishes acknowledged (codes %v)", l.ackedCount(), n, l.codes)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestJoinMovesOnlyItsShare: a fourth node takes over the partitions it
+// wins and no other partition changes owner; the messages of the moved
+// partitions are all consumed after the move.
+func TestJoinMovesOnlyItsShare(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a")
+	c.start("b")
+	c.start("c")
+	prod := dial(t, a.mqtt, "producer", 64)
+	stop := make(chan struct{})
+	l, done := produce(prod, "$queue/orders", 16, stop)
+	waitAcked(t, l, 200)
+	before := c.waitOwned("orders", 8, 10*time.Second, "a", "b", "c")
+	d := c.start("d")
+	// The partitions d wins move to it; wait until it owns some and every
+	// move is over.
+	deadline := time.Now().Add(20 * time.Second)
+	var after map[int]ownership
+	for {
+		after = c.owners("orders")
+		toD := 0
+		for _, o := range after {
+			if o.Owner == "d" {
+				toD++
+			}
+		}
+		if toD > 0 && d.metric(t, "shardq_cluster_partition_owned") == float64(toD) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node d serves no partition 20s after joining: %v", after)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	moved := 0
+	for p, o := range after {
+		if o.Owner != before[p].Owner {
+			moved++
+			if o.Owner != "d" {
+				t.Errorf("partition %d moved from %s to %s: only moves to the new node are expected", p, before[p].Owner, o.Owner)
+			}
+			if o.Epoch <= before[p].Epoch {
+				t.Errorf("partition %d moved with epoch %d, not above %d", p, o.Epoch, before[p].Epoch)
+			}
+		}
+	}
+	waitAcked(t, l, l.ackedCount()+100)
+	close(stop)
+	<-done
+	t.Logf("%d of 8 partitions moved to d; codes %v", moved, l.codes)
+	got := consumeAll(t, d, "g", l)
+	l.check(t, got)
+	checkOrder(t, got)
+}
+
+// metric returns the sum of a metric's series on the node's /metrics.
+func (n *node) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + n.http + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	sum := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// TestOwnerDownRF1: with replication factor 1, while a partition's owner
+// is down its publishes are refused with 0x83, never acknowledged, and its
+// messages come back with it.
+func TestOwnerDownRF1(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a")
+	c.start("b")
+	prod := dial(t, a.mqtt, "producer", 64)
+	stop := make(chan struct{})
+	l, done := produce(prod, "$queue/orders", 16, stop)
+	waitAcked(t, l, 200)
+	b := c.nodes["b"]
+	b.kill()
+	// Publishes to b's partitions fail while it is down; a's go on.
+	n := l.ackedCount()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l.mu.Lock()
+		refused := l.codes[0x83]
+		l.mu.Unlock()
+		if refused >= 20 && l.ackedCount() > n+50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with b down: codes %v, %d acknowledged since", l.codes, l.ackedCount()-n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.start("b")
+	// Back: its partitions serve again, under a higher epoch.
+	waitAcked(t, l, l.ackedCount()+200)
+	close(stop)
+	<-done
+	got := consumeAll(t, a, "g", l)
+	l.check(t, got)
+	checkOrder(t, got)
+	t.Logf("codes %v", l.codes)
+}
+
+// TestDuplicateNodeID: a second node with a live node's id refuses to
+// start and says why.
+func TestDuplicateNodeID(t *testing.T) {
+	c := newCluster(t)
+	c.start("a")
+	dup := &node{id: "a", dir: t.TempDir(), mqtt: freeAddr(t), http: freeAddr(t), grpc: freeAddr(t)}
+	dup.launch(t, c, nil)
+	dup.waitExit(t, 30*time.Second)
+	if code := dup.cmd.ProcessState.ExitCode(); code == 0 {
+		t.Fatalf("a second node with id a exited 0")
+	}
+	if !strings.Contains(dup.logTail(), "is held by a live node") {
+		t.Errorf("no reason given:\n%s", dup.logTail())
+	}
+}
+
+// TestEtcdUnreachable: a node whose etcd does not answer exits non-zero
+// naming the endpoints it tried.
+func TestEtcdUnreachable(t *testing.T) {
+	bin := shardqBinary(t)
+	dead := "http://" + freeAddr(t)
+	cmd := exec.Command(bin, "serve", "--data-dir", t.TempDir(), "--mqtt", freeAddr(t), "--http", freeAddr(t), "--ws", "",
+		"--node-id", "x", "--etcd", dead, "--cluster-addr", freeAddr(t))
+	f, err := os.CreateTemp(t.TempDir(), "config-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "cluster:\n  etcd:\n    dial_timeout: 1s\n")
+	f.Close()
+	cmd.Args = append(cmd.Args, "--config", f.Name())
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("node started without etcd:\n%s", out)
+	}
+	if !strings.Contains(string(out), dead) {
+		t.Errorf("the error does not name the endpoint %s:\n%s", dead, out)
 	}
 }

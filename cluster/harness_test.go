@@ -365,3 +365,75 @@ func waitCount(t *testing.T, n int, within time.Duration, cls ...*client) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// ledger records what a producer published and how each was answered.
+type ledger struct {
+	mu    sync.Mutex
+	acked map[string]bool // payloads answered 0x00
+	codes map[byte]int
+	errs  int
+}
+
+// produce publishes to topic from cl until stop is closed, keys k0..k(keys-1)
+// in turn, one publish at a time; done is closed when it stops.
+func produce(cl *client, topic string, keys int, stop <-chan struct{}) (*ledger, <-chan struct{}) {
+	l := &ledger{acked: map[string]bool{}, codes: map[byte]int{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			for k := 0; k < keys; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := "k" + strconv.Itoa(k)
+				payload := message(key, i)
+				code, err := cl.publish(topic, key, payload)
+				l.mu.Lock()
+				if err != nil {
+					l.errs++
+				} else {
+					l.codes[code]++
+					if code == 0 {
+						l.acked[string(payload)] = true
+					}
+				}
+				l.mu.Unlock()
+			}
+		}
+	}()
+	return l, done
+}
+
+func (l *ledger) ackedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+// check compares what consumers received with the ledger: every acked
+// message must have arrived; it returns how many arrived that were not
+// acked (refused or unanswered publishes may still be stored).
+func (l *ledger) check(t *testing.T, got []arrival) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[string]int{}
+	for _, a := range got {
+		seen[string(a.p.Payload)]++
+	}
+	lost := 0
+	for p := range l.acked {
+		if seen[p] == 0 {
+			lost++
+			if lost <= 5 {
+				t.Errorf("acknowledged message %s never consumed", p)
+			}
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d acknowledged messages lost (codes %v)", lost, len(l.acked), l.codes)
+	}
+}

@@ -118,20 +118,28 @@ func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Messa
 		return
 	}
 	owner := n.ownerOf(id)
-	if owner != "" && owner != n.opts.NodeID && n.liveNode(owner) {
+	switch {
+	case owner != "" && owner != n.opts.NodeID && n.liveNode(owner):
 		p, err := n.peer(owner)
-		if err == nil {
-			p.publish(id, msg, func(err error) {
-				if err != nil && retry(err) {
-					return
-				}
-				done(err)
-			})
+		if err != nil {
+			done(&linkError{unavailable(id, owner, err)})
 			return
 		}
-	}
-	if !retry(notServed(id)) {
-		done(notServed(id))
+		p.publish(id, msg, func(err error) {
+			if err != nil && retry(err) {
+				return
+			}
+			done(err)
+		})
+	case owner != "" && owner != n.opts.NodeID:
+		// Its owner is down: with one replica, nobody else has its
+		// messages, so nobody else may append to it.
+		done(fmt.Errorf("%w: %s: its owner %s is down", queue.ErrNotOwned, id, owner))
+	default:
+		// Being claimed, or moving: wait for its owner.
+		if !retry(notServed(id)) {
+			done(notServed(id))
+		}
 	}
 }
 
