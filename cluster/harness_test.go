@@ -377,6 +377,11 @@ type ledger struct {
 // produce publishes to topic from cl until stop is closed, keys k0..k(keys-1)
 // in turn, one publish at a time; done is closed when it stops.
 func produce(cl *client, topic string, keys int, stop <-chan struct{}) (*ledger, <-chan struct{}) {
+	return produceKeys(cl, topic, "k", keys, stop)
+}
+
+// produceKeys is produce with keys named prefix0, prefix1...
+func produceKeys(cl *client, topic, prefix string, keys int, stop <-chan struct{}) (*ledger, <-chan struct{}) {
 	l := &ledger{acked: map[string]bool{}, codes: map[byte]int{}}
 	done := make(chan struct{})
 	go func() {
@@ -388,7 +393,7 @@ func produce(cl *client, topic string, keys int, stop <-chan struct{}) (*ledger,
 					return
 				default:
 				}
-				key := "k" + strconv.Itoa(k)
+				key := prefix + strconv.Itoa(k)
 				payload := message(key, i)
 				code, err := cl.publish(topic, key, payload)
 				l.mu.Lock()
