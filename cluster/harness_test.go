@@ -40,7 +40,11 @@ func shardqBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "shardq")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/shardq/shardq/cmd/shardq").CombinedOutput()
+		args := []string{"build", "-o", binPath}
+		if raceBuild {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/shardq/shardq/cmd/shardq")...).CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -130,7 +134,12 @@ func (n *node) launch(t *testing.T, c *testCluster, extra []string) {
 		_ = f.Close()
 		close(done)
 	}(n.cmd, n.exited)
-	t.Cleanup(func() { n.kill() })
+	t.Cleanup(func() {
+		n.kill()
+		if log := n.logTail(); strings.Contains(log, "WARNING: DATA RACE") {
+			t.Errorf("node %s: data race:\n%s", n.id, log)
+		}
+	})
 }
 
 func (n *node) waitReady(t *testing.T, within time.Duration) {
@@ -158,6 +167,9 @@ func (n *node) waitReady(t *testing.T, within time.Duration) {
 
 func (n *node) logTail() string {
 	b, _ := os.ReadFile(n.logPath)
+	if i := strings.Index(string(b), "WARNING: DATA RACE"); i >= 0 {
+		return string(b[i:min(len(b), i+8000)])
+	}
 	if len(b) > 6000 {
 		b = b[len(b)-6000:]
 	}
@@ -441,4 +453,12 @@ func (l *ledger) check(t *testing.T, got []arrival) {
 	if lost > 0 {
 		t.Errorf("%d of %d acknowledged messages lost (codes %v)", lost, len(l.acked), l.codes)
 	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
 }
