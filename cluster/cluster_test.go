@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/eclipse/paho.golang/paho"
 )
 
 // message is one published test message: key k, sequence number i.
@@ -416,4 +418,70 @@ func (c *testCluster) member(id string) bool {
 		c.t.Fatal(err)
 	}
 	return len(resp.Kvs) > 0
+}
+
+// TestConsumerNodeDies: the leases held by a consumer whose node is killed
+// end at once: the other nodes' partitions deliver its messages to the
+// group's consumer elsewhere long before ack_timeout.
+func TestConsumerNodeDies(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a")
+	b := c.start("b")
+	cc := c.start("c")
+	prod := dial(t, a.mqtt, "producer", 64)
+	const total = 64
+	for i := 0; i < total; i++ {
+		key := "k" + strconv.Itoa(i)
+		if code, err := prod.publish("$queue/orders", key, message(key, 0)); err != nil || code != 0 {
+			t.Fatalf("publish: %#x %v", code, err)
+		}
+	}
+	owners := c.waitOwned("orders", 8, 10*time.Second, "a", "b", "c")
+	// A consumer on c that takes messages and never settles them.
+	holder := dialManual(t, cc.mqtt, "holder", 200)
+	holder.subscribe("$share/g/$queue/orders")
+	waitCount(t, total, 10*time.Second, holder)
+	cc.kill()
+	killed := time.Now()
+	start := arrivals.len()
+	other := dial(t, b.mqtt, "taker", 200)
+	other.subscribe("$share/g/$queue/orders")
+	want := 0
+	for _, a := range arrivals.since(0) {
+		if a.client == "holder" && owners[partitionOf(t, a.p)].Owner != "c" {
+			want++
+		}
+	}
+	if want == 0 {
+		t.Fatal("the holder took no message of a or b's partitions")
+	}
+	deadline := killed.Add(10 * time.Second)
+	for {
+		got := 0
+		for _, a := range arrivals.since(start) {
+			if a.client == "taker" {
+				got++
+			}
+		}
+		if got >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the %d messages the dead node's consumer held came back within 10s (ack_timeout is 30s)", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%d messages back %s after the kill", want, time.Since(killed).Round(time.Millisecond))
+}
+
+// partitionOf returns the partition of a delivery's msg-id.
+func partitionOf(t *testing.T, p *paho.Publish) int {
+	t.Helper()
+	id := p.Properties.User.Get("msg-id")
+	part, _, _ := strings.Cut(id, "-")
+	n, err := strconv.Atoi(part)
+	if err != nil {
+		t.Fatalf("msg-id %q", id)
+	}
+	return n
 }

@@ -294,12 +294,23 @@ func (a *arrivalLog) len() int {
 
 func dial(t *testing.T, addr, id string, rm uint16) *client {
 	t.Helper()
+	return dialClient(t, addr, id, rm, false)
+}
+
+// dialManual connects a client that never acknowledges what it receives.
+func dialManual(t *testing.T, addr, id string, rm uint16) *client {
+	t.Helper()
+	return dialClient(t, addr, id, rm, true)
+}
+
+func dialClient(t *testing.T, addr, id string, rm uint16, manual bool) *client {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cl := &client{t: t, wake: make(chan struct{}, 1)}
-	cl.c = paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: id,
+	cl.c = paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: id, EnableManualAcknowledgment: manual,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(r paho.PublishReceived) (bool, error) {
 			cl.mu.Lock()
 			cl.got = append(cl.got, r.Packet)
