@@ -30,11 +30,11 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 		LeaseTTL:    c.LeaseTTL,
 		Logger:      b.log,
 		Metrics:     cluster.NewMetrics(b.registry, cfg.NodeID),
+		Admin:       b.peerAdmin(),
 	}
 	if len(c.Placement) > 0 {
-		o.Placement = cfg.PlacementFor
 		for i, r := range c.Placement {
-			o.PlacementRules = append(o.PlacementRules, cluster.PlacementRule{Name: fmt.Sprintf("cluster.placement[%d] (%s)", i, r.Queues), Nodes: r.Nodes})
+			o.PlacementRules = append(o.PlacementRules, cluster.PlacementRule{Name: fmt.Sprintf("cluster.placement[%d] (%s)", i, r.Queues), Queues: r.Queues, Nodes: r.Nodes})
 		}
 	}
 	if c.Etcd.CA != "" || c.Etcd.Cert != "" {
@@ -93,11 +93,27 @@ func (b *Broker) leaveCluster(ctx context.Context) {
 	if b.node == nil {
 		return
 	}
+	if !b.otherMembers() {
+		// Nobody to hand the partitions to: they stay on this node's disk
+		// and are served again when it returns.
+		b.log.Info("leaving the cluster: no other member to hand partitions over to")
+		return
+	}
 	lctx, cancel := context.WithTimeout(ctx, leaveTimeout)
 	defer cancel()
 	if err := b.node.Leave(lctx); err != nil {
 		b.log.Warn("leaving the cluster", "err", err)
 	}
+}
+
+// otherMembers reports whether another node is a member now.
+func (b *Broker) otherMembers() bool {
+	for _, n := range b.node.Status().Nodes {
+		if n.ID != b.cfg.NodeID && n.State == cluster.StateUp {
+			return true
+		}
+	}
+	return false
 }
 
 // leaveTimeout bounds the handover at shutdown.

@@ -485,3 +485,46 @@ func partitionOf(t *testing.T, p *paho.Publish) int {
 	}
 	return n
 }
+
+// TestPlacement: a node started with placement rules makes them the
+// cluster's; the queues they pin move to the nodes named, under load,
+// nothing lost, order per key kept. A rule naming a node that never joined
+// refuses the start and names the rule.
+func TestPlacement(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a")
+	c.start("b")
+	c.start("c")
+	prod := dial(t, a.mqtt, "producer", 64)
+	stop := make(chan struct{})
+	l, done := produce(prod, "$queue/orders", 16, stop)
+	waitAcked(t, l, 200)
+	c.waitOwned("orders", 8, 10*time.Second, "a", "b", "c")
+
+	pin := filepath.Join(t.TempDir(), "pin.yaml")
+	if err := os.WriteFile(pin, []byte("cluster:\n  placement:\n    - queues: \"ord*\"\n      nodes: [c]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cn := c.nodes["c"]
+	cn.kill()
+	c.start("c", "--config", pin)
+	c.waitOwned("orders", 8, 30*time.Second, "c")
+	waitAcked(t, l, l.ackedCount()+100)
+	close(stop)
+	<-done
+	got := consumeAll(t, a, "g", l)
+	l.check(t, got)
+	checkOrder(t, got)
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("cluster:\n  placement:\n    - queues: \"x*\"\n      nodes: [c, zz]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := &node{id: "d", dir: t.TempDir(), mqtt: freeAddr(t), http: freeAddr(t), grpc: freeAddr(t)}
+	c.nodes["d"] = d
+	d.launch(t, c, []string{"--config", bad})
+	d.waitExit(t, 30*time.Second)
+	if d.cmd.ProcessState.ExitCode() == 0 || !strings.Contains(d.logTail(), "cluster.placement[0]") || !strings.Contains(d.logTail(), "zz") {
+		t.Errorf("a rule naming an unknown node: exit %d\n%s", d.cmd.ProcessState.ExitCode(), d.logTail())
+	}
+}

@@ -69,7 +69,9 @@ type view struct {
 	known   map[string]bool
 	queues  map[string]QueueInfo
 	owners  map[queue.PartitionID]Ownership
-	rev     int64
+	// placement is the cluster's placement rules (publishPlacement).
+	placement []PlacementRule
+	rev       int64
 	leaving bool // this node is leaving: it wants no partition
 }
 
@@ -85,6 +87,11 @@ func (v *view) apply(k keys, key string, value []byte, rev int64) {
 	}
 	kind, name, _ := strings.Cut(rest, "/")
 	switch kind {
+	case "placement":
+		v.placement = nil
+		if value != nil {
+			_ = json.Unmarshal(value, &v.placement)
+		}
 	case "nodes":
 		if value == nil {
 			delete(v.nodes, name)
@@ -362,7 +369,7 @@ var ErrUnknownNode = errors.New("cluster: placement names an unknown node")
 // checkPlacement refuses placement rules naming nodes the cluster does
 // not know (that never joined).
 func (n *Node) checkPlacement(ctx context.Context) error {
-	if n.opts.Placement == nil {
+	if len(n.opts.PlacementRules) == 0 {
 		return nil
 	}
 	resp, err := n.etcd.Get(ctx, n.keys.prefix+"known/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -379,11 +386,26 @@ func (n *Node) checkPlacement(ctx context.Context) error {
 	return nil
 }
 
-// PlacementRules, when the broker sets it, lists the rules for the check
-// at start: each rule's name and nodes.
+// PlacementRule pins the queues whose names match a glob (path.Match) to
+// nodes: the first rule that matches a queue gives the nodes that may own
+// its partitions.
 type PlacementRule struct {
-	Name  string // how the config names the rule, e.g. cluster.placement[1]
-	Nodes []string
+	Name   string   `json:"name"` // how the config names the rule, e.g. cluster.placement[1]
+	Queues string   `json:"queues"`
+	Nodes  []string `json:"nodes"`
+}
+
+// publishPlacement makes this node's placement rules the cluster's: the
+// node started last decides, so that every node places alike.
+func (n *Node) publishPlacement(ctx context.Context) error {
+	key := n.keys.prefix + "placement"
+	if len(n.opts.PlacementRules) == 0 {
+		_, err := n.etcd.Delete(ctx, key)
+		return err
+	}
+	v, _ := json.Marshal(n.opts.PlacementRules)
+	_, err := n.etcd.Put(ctx, key, string(v))
+	return err
 }
 
 func (n *Node) unknownPlacement(known map[string]bool) string {

@@ -40,11 +40,9 @@ type Options struct {
 	// LeaseTTL: a node that cannot renew its etcd lease for this long stops
 	// committing and loses its membership. Default 5s.
 	LeaseTTL time.Duration
-	// Placement returns the node ids that may own the named queue's
-	// partitions; nil (or a nil result) means every node.
-	Placement func(queue string) []string
-	// PlacementRules are checked at Start: every node they name must have
-	// joined the cluster once.
+	// PlacementRules pin queues to nodes. Checked at Start (every node
+	// they name must have joined the cluster once), they become the
+	// cluster's rules: the node started last decides for all.
 	PlacementRules []PlacementRule
 	// MoveWait bounds how long a publish waits for its partition to get a
 	// reachable owner (a move, a node starting) before it fails with
@@ -168,6 +166,10 @@ func (n *Node) Start(ctx context.Context, m *queue.Manager) error {
 		_ = cli.Close()
 		return fmt.Errorf("cluster: etcd at %v did not answer within %s: %w", n.opts.Endpoints, n.opts.DialTimeout, err)
 	}
+	if err := n.checkPlacement(sctx); err != nil {
+		_ = cli.Close()
+		return err
+	}
 	if err := n.listen(); err != nil {
 		_ = cli.Close()
 		return err
@@ -177,15 +179,20 @@ func (n *Node) Start(ctx context.Context, m *queue.Manager) error {
 		_ = cli.Close()
 		return err
 	}
-	if err := n.checkCatalog(ctx); err != nil {
+	fail := func(err error) error {
 		n.stopServing()
+		n.cancel()
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = cli.Revoke(rctx, n.session)
+		cancel()
 		_ = cli.Close()
 		return err
 	}
-	if err := n.checkPlacement(ctx); err != nil {
-		n.stopServing()
-		_ = cli.Close()
-		return err
+	if err := n.checkCatalog(ctx); err != nil {
+		return fail(err)
+	}
+	if err := n.publishPlacement(ctx); err != nil {
+		return fail(fmt.Errorf("cluster: publishing the placement rules: %w", err))
 	}
 	n.wg.Add(2)
 	go n.watch()

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"hash/fnv"
+	"path"
 	"slices"
 	"time"
 
@@ -51,11 +52,17 @@ func (v *view) winner(id queue.PartitionID, allowed []string, self string) strin
 	return best
 }
 
+// allowed returns the nodes the cluster's placement allows to own the
+// queue's partitions; nil: every node.
 func (n *Node) allowed(queueName string) []string {
-	if n.opts.Placement == nil {
-		return nil
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, r := range n.view.placement {
+		if ok, _ := path.Match(r.Queues, queueName); ok {
+			return r.Nodes
+		}
 	}
-	return n.opts.Placement(queueName)
+	return nil
 }
 
 func (n *Node) reconcileLoop() {
