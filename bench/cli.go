@@ -135,7 +135,7 @@ func runRounds(ctx context.Context, opts cliOptions, stdout, stderr io.Writer) i
 // runCompare runs the scenario against --broker and --vs alternately.
 func runCompare(ctx context.Context, opts cliOptions, stdout, stderr io.Writer) int {
 	b := opts.cfg
-	b.Broker, b.BrokerPID = opts.vs, opts.vsPID
+	b.Broker, b.BrokerPID, b.ConsumeBroker = opts.vs, opts.vsPID, ""
 	cmp, err := Compare(ctx, opts.cfg, b, CompareOptions{
 		Rounds: opts.rounds,
 		OnResult: func(side string, round int, r *Result) {
@@ -185,7 +185,8 @@ func parseArgs(args []string, stderr io.Writer) (cliOptions, error) {
 		fs.PrintDefaults()
 	}
 
-	fs.StringVar(&cfg.Broker, "broker", "", "broker `HOST:PORT` (A in a comparison)")
+	fs.StringVar(&cfg.Broker, "broker", "", "broker `HOST:PORT` (A in a comparison); a comma-separated list spreads the producers over a cluster's nodes")
+	fs.StringVar(&cfg.ConsumeBroker, "consume-broker", "", "where the consumers connect, `HOST:PORT[,...]` in turn (default --broker)")
 	fs.StringVar(&opts.vs, "vs", "", "compare against this broker `HOST:PORT` (B)")
 	fs.IntVar(&cfg.Producers, "producers", cfg.Producers, "producer connections (fanin: 64)")
 	fs.IntVar(&cfg.Consumers, "consumers", cfg.Consumers, "consumer connections, one group")

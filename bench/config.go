@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -36,8 +37,12 @@ type Config struct {
 
 	// Scenario is the load shape.
 	Scenario Scenario `yaml:"scenario"`
-	// Broker is the MQTT TCP address, HOST:PORT.
+	// Broker is the MQTT TCP address, HOST:PORT; a comma-separated list
+	// spreads the producers over the nodes of a cluster, in turn.
 	Broker string `yaml:"broker"`
+	// ConsumeBroker, when set, is where the consumers connect (a
+	// comma-separated list: in turn); default Broker.
+	ConsumeBroker string `yaml:"consume_broker"`
 	// Producers is the number of producer connections.
 	Producers int `yaml:"producers"`
 	// Consumers is the number of consumer connections. With more than one,
@@ -137,8 +142,10 @@ func (c Config) Validate() error {
 		return bad("scenario %q: want one of %v", c.Scenario, Scenarios)
 	case c.Broker == "":
 		return bad("broker: empty address")
-	case !validHostPort(c.Broker):
-		return bad("broker %q: want HOST:PORT", c.Broker)
+	case !validHostPorts(c.Broker):
+		return bad("broker %q: want HOST:PORT[,HOST:PORT...]", c.Broker)
+	case c.ConsumeBroker != "" && !validHostPorts(c.ConsumeBroker):
+		return bad("consume-broker %q: want HOST:PORT[,HOST:PORT...]", c.ConsumeBroker)
 	case c.Producers < 1:
 		return bad("producers %d: want at least 1", c.Producers)
 	case c.Scenario.consumes() && c.Consumers < 1:
@@ -224,4 +231,30 @@ func newRunID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
 	return hex.EncodeToString(b[:])
+}
+
+// validHostPorts reports whether list is HOST:PORT items separated by commas.
+func validHostPorts(list string) bool {
+	for _, a := range strings.Split(list, ",") {
+		if !validHostPort(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// producerAddr is the address producer i connects to.
+func (c *Config) producerAddr(i int) string {
+	addrs := strings.Split(c.Broker, ",")
+	return addrs[i%len(addrs)]
+}
+
+// consumerAddr is the address consumer i connects to.
+func (c *Config) consumerAddr(i int) string {
+	list := c.ConsumeBroker
+	if list == "" {
+		list = c.Broker
+	}
+	addrs := strings.Split(list, ",")
+	return addrs[i%len(addrs)]
 }

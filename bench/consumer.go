@@ -32,7 +32,7 @@ func dialConsumer(ctx context.Context, cfg *Config, id int, run, filter string, 
 	if cfg.QoS < 2 {
 		dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 		defer cancel()
-		w, err := dialWire(dctx, cfg.Broker, clientID, filter, cfg.QoS, cfg.ReceiveMaximum, cfg.AckInterval, c.record)
+		w, err := dialWire(dctx, cfg.consumerAddr(id), clientID, filter, cfg.QoS, cfg.ReceiveMaximum, cfg.AckInterval, c.record)
 		if err != nil {
 			return nil, fmt.Errorf("consumer %d: %w", id, err)
 		}
@@ -44,7 +44,7 @@ func dialConsumer(ctx context.Context, cfg *Config, id int, run, filter string, 
 		rm := cfg.ReceiveMaximum
 		cp.Properties = &paho.ConnectProperties{ReceiveMaximum: &rm}
 	}
-	client, err := connect(ctx, cfg, paho.ClientConfig{
+	client, err := connect(ctx, cfg, cfg.consumerAddr(id), paho.ClientConfig{
 		ClientID:                   clientID,
 		EnableManualAcknowledgment: true,
 		SendAcksInterval:           cfg.AckInterval,

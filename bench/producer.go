@@ -48,7 +48,7 @@ func dialProducer(ctx context.Context, cfg *Config, id uint32, run, topic string
 	}
 	p.sess = newAckSession(p.settled)
 	clientID := fmt.Sprintf("bench-%s-p%d", run, id)
-	client, err := connect(ctx, cfg, paho.ClientConfig{
+	client, err := connect(ctx, cfg, cfg.producerAddr(int(id)), paho.ClientConfig{
 		ClientID:           clientID,
 		Session:            p.sess,
 		OnClientError:      p.fail,
@@ -63,11 +63,11 @@ func dialProducer(ctx context.Context, cfg *Config, id uint32, run, topic string
 }
 
 // connect dials the broker and sends CONNECT, bounded by ConnectTimeout.
-func connect(ctx context.Context, cfg *Config, cc paho.ClientConfig, cp *paho.Connect) (*paho.Client, error) {
+func connect(ctx context.Context, cfg *Config, addr string, cc paho.ClientConfig, cp *paho.Connect) (*paho.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", cfg.Broker)
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err // names the address already
 	}
@@ -78,7 +78,7 @@ func connect(ctx context.Context, cfg *Config, cc paho.ClientConfig, cp *paho.Co
 	}
 	c := paho.NewClient(cc)
 	if _, err := c.Connect(ctx, cp); err != nil { // closes conn on failure
-		return nil, fmt.Errorf("mqtt connect to %s: %w", cfg.Broker, err)
+		return nil, fmt.Errorf("mqtt connect to %s: %w", addr, err)
 	}
 	return c, nil
 }
