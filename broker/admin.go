@@ -35,6 +35,10 @@ import (
 //	GET    /api/v1/queues/{q}/dlq/messages           calls on it
 //	POST   /api/v1/queues/{q}/dlq/purge
 //	DELETE /api/v1/queues/{q}/dlq/groups/{g}
+//	GET    /api/v1/cluster                           the nodes and each partition's owner (clusterapi.go)
+//
+// In a cluster, the reads of queues (the list, a queue, a peek) gather
+// every node's figures (clusterapi.go); the changes act on this node.
 
 // Peek limits.
 const (
@@ -67,6 +71,7 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		{"/api/v1/queues/{queue}/dlq/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(true))}},
 		{"/api/v1/queues/{queue}/dlq/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(true))}},
 		{"/api/v1/queues/{queue}/dlq/replay", map[string]http.HandlerFunc{"POST": a.mutating(a.replay)}},
+		{"/api/v1/cluster", map[string]http.HandlerFunc{"GET": a.clusterStatus}},
 	}
 	for _, r := range routes {
 		var allow []string
@@ -134,6 +139,9 @@ func (a *adminAPI) listQueues(w http.ResponseWriter, r *http.Request) {
 		list.Queues = append(list.Queues, v)
 	}
 	slices.SortFunc(list.Queues, func(x, y QueueView) int { return strings.Compare(x.Name, y.Name) })
+	if a.gathering(r) {
+		a.gatherList(r, &list)
+	}
 	a.reply(w, http.StatusOK, list)
 }
 
@@ -151,6 +159,9 @@ func (a *adminAPI) showQueue(dlq bool) http.HandlerFunc {
 		v := a.view(q, true)
 		if !dlq {
 			v.Source = a.sources()(q.Name())
+		}
+		if a.gathering(r) {
+			a.gatherQueue(r, &v, queue.ParentName(q.Name()))
 		}
 		a.reply(w, http.StatusOK, v)
 	}
@@ -175,9 +186,11 @@ func (a *adminAPI) sources() func(string) string {
 }
 
 // view returns the queue's figures; with detail, per partition too. The
-// view of a queue includes its dead-letter queue's.
+// view of a queue includes its dead-letter queue's. In a cluster, the
+// figures are those of the partitions this node serves.
 func (a *adminAPI) view(q *queue.Queue, detail bool) QueueView {
 	info := q.Info()
+	a.ownFigures(q, &info)
 	now := time.Now()
 	c := info.Counts
 	v := QueueView{
@@ -189,8 +202,12 @@ func (a *adminAPI) view(q *queue.Queue, detail bool) QueueView {
 	}
 	if detail {
 		for _, p := range info.Partitions {
-			v.Partitions = append(v.Partitions, PartitionView{Partition: p.Partition, Shard: p.Shard,
-				First: p.First, Next: p.Next, Committed: p.Committed, Depth: p.Depth()})
+			pv := PartitionView{Partition: p.Partition, Shard: p.Shard,
+				First: p.First, Next: p.Next, Committed: p.Committed, Depth: p.Depth()}
+			if a.b.node != nil && a.served(q, p.Partition) {
+				pv.Node = a.b.cfg.NodeID
+			}
+			v.Partitions = append(v.Partitions, pv)
 		}
 	}
 	for _, g := range info.Groups {
@@ -311,6 +328,9 @@ func (a *adminAPI) peek(dlq bool) http.HandlerFunc {
 			if n == 0 {
 				break
 			}
+			if !a.served(q, p) {
+				continue // in a cluster, another node's
+			}
 			msgs, err := q.Peek(r.Context(), p, from, n)
 			if err != nil {
 				a.failErr(w, r, err)
@@ -319,6 +339,9 @@ func (a *adminAPI) peek(dlq bool) http.HandlerFunc {
 			for _, m := range msgs {
 				list.Messages = append(list.Messages, messageView(q.Name(), p, m))
 			}
+		}
+		if a.gathering(r) {
+			a.gatherPeek(r, &list, q.Name(), limit)
 		}
 		a.reply(w, http.StatusOK, list)
 	}

@@ -11,10 +11,14 @@ import (
 // The JSON documents of the admin API (/api/v1/, see admin.go). The shardq
 // command decodes the same types.
 
-// QueueList is the answer to GET /api/v1/queues.
+// QueueList is the answer to GET /api/v1/queues. In a cluster it holds
+// every node's figures (clusterapi.go).
 type QueueList struct {
 	Node   string      `json:"node"`
 	Queues []QueueView `json:"queues"`
+	// NodesMissing names the nodes whose figures are missing, each with
+	// why ("node-3: down"); only in a cluster, only when there are some.
+	NodesMissing []string `json:"nodes_missing,omitempty"`
 }
 
 // QueueView is a queue with its settings and figures. In a list, the
@@ -32,11 +36,16 @@ type QueueView struct {
 	Groups     []GroupView     `json:"groups"`
 	Counts     CountsView      `json:"counts"`
 	DLQ        *QueueView      `json:"dlq,omitempty"`
+	// NodesMissing: as in QueueList, in a single queue's view.
+	NodesMissing []string `json:"nodes_missing,omitempty"`
 }
 
-// PartitionView is one partition's offsets.
+// PartitionView is one partition's offsets. In a cluster, Node is the
+// node that serves it and gave its figures; a partition no node answering
+// serves has no node and zero figures.
 type PartitionView struct {
 	Partition int    `json:"partition"`
+	Node      string `json:"node,omitempty"`
 	Shard     int    `json:"shard"`
 	First     uint64 `json:"first"`
 	Next      uint64 `json:"next"`
@@ -145,6 +154,8 @@ type MessageList struct {
 	Node     string        `json:"node"`
 	Queue    string        `json:"queue"`
 	Messages []MessageView `json:"messages"`
+	// NodesMissing: as in QueueList.
+	NodesMissing []string `json:"nodes_missing,omitempty"`
 }
 
 // MessageView is one stored message.

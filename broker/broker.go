@@ -55,6 +55,7 @@ type Broker struct {
 	health    health
 	disk      *diskWatch    // storage.min_free_bytes (disk.go)
 	node      *cluster.Node // nil on a single node (cluster.go)
+	plain     *plainHook    // ordinary MQTT across nodes (plain.go); nil on a single node
 	done      chan struct{}
 }
 
@@ -158,9 +159,18 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		return nil, err
 	}
 	// Sessions and retained messages, kept in shard 0 (sessions.go).
-	if err := b.addHook(newSessionHook(store.Sessions(), b.hook.RestoreSubscription, log)); err != nil {
+	sessions := newSessionHook(store.Sessions(), b.hook.RestoreSubscription, log)
+	if err := b.addHook(sessions); err != nil {
 		b.closeStorage(context.Background())
 		return nil, err
+	}
+	// Ordinary MQTT across the nodes of a cluster (plain.go).
+	if b.plain != nil {
+		b.plain.attach(sessions)
+		if err := b.addHook(b.plain); err != nil {
+			b.closeStorage(context.Background())
+			return nil, err
+		}
 	}
 	b.disk.start(diskCheckEvery)
 	return b, nil

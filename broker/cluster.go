@@ -37,6 +37,8 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 			o.PlacementRules = append(o.PlacementRules, cluster.PlacementRule{Name: fmt.Sprintf("cluster.placement[%d] (%s)", i, r.Queues), Queues: r.Queues, Nodes: r.Nodes})
 		}
 	}
+	b.plain = newPlainHook(b) // ordinary MQTT across nodes (plain.go)
+	o.Plain = b.plain
 	if c.Etcd.CA != "" || c.Etcd.Cert != "" {
 		t, err := etcdTLS(c.Etcd)
 		if err != nil {

@@ -257,6 +257,11 @@ func (rs *remoteSub) settle(l queue.LeaseRef, op pb.SettleOp) error {
 	if err != nil {
 		return &linkError{unavailable(l.Partition, owner, err)}
 	}
+	if op == pb.SettleOp_RECEIVED || !rs.o.Explicit {
+		// A PUBACK's settlement: nobody waits for its outcome.
+		p.settleAsync(&pb.SettleRequest{Lease: toPBLease(l), Op: op})
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(rs.n.ctx, 5*time.Second)
 	defer cancel()
 	resp, err := p.client.Settle(ctx, &pb.SettleRequest{Lease: toPBLease(l), Op: op})

@@ -73,6 +73,7 @@ type view struct {
 	placement []PlacementRule
 	rev       int64
 	leaving bool // this node is leaving: it wants no partition
+	plain   interest // every node's plain topic filters (plain.go)
 }
 
 func newView() view {
@@ -135,6 +136,8 @@ func (v *view) apply(k keys, key string, value []byte, rev int64) {
 			o.rev = rev
 			v.owners[id] = o
 		}
+	case "interest": // ordinary MQTT across nodes (plain.go)
+		v.plain.apply(name, value != nil)
 	}
 }
 
@@ -203,6 +206,7 @@ func (n *Node) register(ctx context.Context) error {
 	n.wg.Add(1)
 	go n.keepAlive(grant.ID, ch)
 	n.log.Info("joined the cluster", "node", n.opts.NodeID, "cluster_addr", n.addr, "lease", int64(grant.ID))
+	n.plainRegistered() // ordinary MQTT across nodes: interest and client IDs under the new lease (plain.go)
 	return nil
 }
 
@@ -277,7 +281,11 @@ func (n *Node) watch() {
 		}
 		v := newView()
 		for _, kv := range resp.Kvs {
-			v.apply(n.keys, string(kv.Key), kv.Value, kv.ModRevision)
+			value := kv.Value
+			if value == nil {
+				value = []byte{}
+			}
+			v.apply(n.keys, string(kv.Key), value, kv.ModRevision)
 		}
 		v.rev = resp.Header.Revision
 		n.mu.Lock()
@@ -296,6 +304,9 @@ func (n *Node) watch() {
 				var value []byte
 				if ev.Type == mvccpb.Event_PUT {
 					value = ev.Kv.Value
+					if value == nil {
+						value = []byte{} // an empty value, not a delete
+					}
 				}
 				n.view.apply(n.keys, string(ev.Kv.Key), value, ev.Kv.ModRevision)
 			}

@@ -31,7 +31,7 @@ var (
 	binErr  error
 )
 
-func shardqBinary(t *testing.T) string {
+func shardqBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "shardq-cluster-bin")
@@ -55,7 +55,7 @@ func shardqBinary(t *testing.T) string {
 	return binPath
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,7 +67,7 @@ func freeAddr(t *testing.T) string {
 
 // testCluster is an etcd and the shardq nodes of one test.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	etcd  string
 	cli   *clientv3.Client
 	nodes map[string]*node
@@ -82,7 +82,7 @@ type node struct {
 	exited           chan struct{}
 }
 
-func newCluster(t *testing.T, extra ...string) *testCluster {
+func newCluster(t testing.TB, extra ...string) *testCluster {
 	t.Helper()
 	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir()})
 	if err != nil {
@@ -112,7 +112,7 @@ func (c *testCluster) start(id string, extra ...string) *node {
 	return n
 }
 
-func (n *node) launch(t *testing.T, c *testCluster, extra []string) {
+func (n *node) launch(t testing.TB, c *testCluster, extra []string) {
 	t.Helper()
 	args := []string{"serve", "--data-dir", n.dir, "--mqtt", n.mqtt, "--http", n.http, "--ws", "",
 		"--node-id", n.id, "--etcd", c.etcd, "--cluster-addr", n.grpc, "--log-level", "debug"}
@@ -142,7 +142,7 @@ func (n *node) launch(t *testing.T, c *testCluster, extra []string) {
 	})
 }
 
-func (n *node) waitReady(t *testing.T, within time.Duration) {
+func (n *node) waitReady(t testing.TB, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -186,7 +186,7 @@ func (n *node) kill() {
 func (n *node) signal(s syscall.Signal) { _ = n.cmd.Process.Signal(s) }
 
 // waitExit waits for the node's process to end.
-func (n *node) waitExit(t *testing.T, within time.Duration) {
+func (n *node) waitExit(t testing.TB, within time.Duration) {
 	t.Helper()
 	select {
 	case <-n.exited:
@@ -251,7 +251,7 @@ func (c *testCluster) waitOwned(queue string, partitions int, within time.Durati
 
 // client is an MQTT 5 client of a test.
 type client struct {
-	t  *testing.T
+	t  testing.TB
 	c  *paho.Client
 	mu sync.Mutex
 	// got records each received publish; ack decides whether it is acked.
@@ -292,18 +292,18 @@ func (a *arrivalLog) len() int {
 	return len(a.log)
 }
 
-func dial(t *testing.T, addr, id string, rm uint16) *client {
+func dial(t testing.TB, addr, id string, rm uint16) *client {
 	t.Helper()
 	return dialClient(t, addr, id, rm, false)
 }
 
 // dialManual connects a client that never acknowledges what it receives.
-func dialManual(t *testing.T, addr, id string, rm uint16) *client {
+func dialManual(t testing.TB, addr, id string, rm uint16) *client {
 	t.Helper()
 	return dialClient(t, addr, id, rm, true)
 }
 
-func dialClient(t *testing.T, addr, id string, rm uint16, manual bool) *client {
+func dialClient(t testing.TB, addr, id string, rm uint16, manual bool) *client {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -371,7 +371,7 @@ func (cl *client) received() []*paho.Publish {
 
 // waitCount waits until the clients together received at least n
 // publishes.
-func waitCount(t *testing.T, n int, within time.Duration, cls ...*client) {
+func waitCount(t testing.TB, n int, within time.Duration, cls ...*client) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -444,7 +444,7 @@ func (l *ledger) ackedCount() int {
 // check compares what consumers received with the ledger: every acked
 // message must have arrived; it returns how many arrived that were not
 // acked (refused or unanswered publishes may still be stored).
-func (l *ledger) check(t *testing.T, got []arrival) {
+func (l *ledger) check(t testing.TB, got []arrival) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -281,6 +281,11 @@ func (n *Node) Leave(ctx context.Context) error {
 		if n.ownsNothing() {
 			return nil
 		}
+		if len(n.members()) == 0 {
+			// Nobody to take them: they stay this node's, served again
+			// when it returns.
+			return nil
+		}
 		n.poke()
 		select {
 		case <-ctx.Done():

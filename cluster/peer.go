@@ -26,6 +26,7 @@ type peer struct {
 
 	mu     sync.Mutex
 	fwd    *forwarder // nil until the first publish, and after a break
+	stl    *settler   // nil until the first settlement sent on, and after a break
 	closed bool
 }
 
@@ -228,4 +229,101 @@ func (f *forwarder) fail(cause error) {
 		m.forwards.WithLabelValues("broken").Inc()
 		pp.done(unavailable(pp.id, f.p.id, cause))
 	}
+}
+
+// settler batches the settlements nobody waits for onto one Settles
+// stream.
+type settler struct {
+	p      *peer
+	stream pb.Node_SettlesClient
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	queue  []*pb.SettleRequest
+	broken bool
+	wake   chan struct{}
+}
+
+// settleAsync sends a settlement on; if the link breaks first, the lease
+// runs out on the owner and the message is delivered again.
+func (p *peer) settleAsync(req *pb.SettleRequest) {
+	s, err := p.settler()
+	if err != nil {
+		p.n.log.Debug("settlement not sent", "node", p.id, "err", err)
+		return
+	}
+	s.mu.Lock()
+	if s.broken {
+		s.mu.Unlock()
+		return
+	}
+	s.queue = append(s.queue, req)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *peer) settler() (*settler, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("link closed")
+	}
+	if p.stl != nil {
+		return p.stl, nil
+	}
+	ctx, cancel := context.WithCancel(p.n.ctx)
+	stream, err := p.client.Settles(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &settler{p: p, stream: stream, cancel: cancel, wake: make(chan struct{}, 1)}
+	p.stl = s
+	go s.send()
+	return s, nil
+}
+
+func (s *settler) send() {
+	defer s.cancel()
+	for {
+		select {
+		case <-s.wake:
+		case <-s.stream.Context().Done():
+			s.fail()
+			return
+		}
+		for {
+			s.mu.Lock()
+			batch := s.queue
+			if len(batch) > maxForwardBatch {
+				batch = batch[:maxForwardBatch]
+				s.queue = s.queue[maxForwardBatch:]
+			} else {
+				s.queue = nil
+			}
+			s.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			if err := s.stream.Send(&pb.SettleBatch{Settles: batch}); err != nil {
+				s.fail()
+				return
+			}
+		}
+	}
+}
+
+func (s *settler) fail() {
+	s.mu.Lock()
+	s.broken = true
+	s.queue = nil
+	s.mu.Unlock()
+	s.p.mu.Lock()
+	if s.p.stl == s {
+		s.p.stl = nil
+	}
+	s.p.mu.Unlock()
 }

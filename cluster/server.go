@@ -120,6 +120,27 @@ func (s *server) Import(stream pb.Node_ImportServer) error {
 
 // Settle settles a lease of a partition this node serves.
 func (s *server) Settle(ctx context.Context, req *pb.SettleRequest) (*pb.SettleResponse, error) {
+	return &pb.SettleResponse{Result: toResult(0, s.settle(req))}, nil
+}
+
+// Settles applies the settlements of a stream; their outcomes are not
+// answered.
+func (s *server) Settles(stream pb.Node_SettlesServer) error {
+	for {
+		b, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&pb.SettleResponse{})
+		}
+		if err != nil {
+			return err
+		}
+		for _, req := range b.Settles {
+			_ = s.settle(req)
+		}
+	}
+}
+
+func (s *server) settle(req *pb.SettleRequest) error {
 	l := fromPBLease(req.Lease)
 	var err error
 	switch req.Op {
@@ -134,7 +155,7 @@ func (s *server) Settle(ctx context.Context, req *pb.SettleRequest) (*pb.SettleR
 	case pb.SettleOp_EXTEND:
 		err = s.n.m.Extend(l)
 	}
-	return &pb.SettleResponse{Result: toResult(0, err)}, nil
+	return err
 }
 
 // Admin answers an admin read with this node's own view.

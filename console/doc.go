@@ -11,7 +11,8 @@
 // the browser from successive polls of the counters, groups with lag and
 // consumers, dead letters waiting), a queue's partitions, groups and
 // leases, a dead-letter browser with replay and purge, and the cluster map
-// once /api/v1/cluster answers. They poll every two seconds.
+// when /api/v1/cluster says the node is part of a cluster. They poll every
+// two seconds.
 //
 // # Security
 //

@@ -303,8 +303,7 @@ func newTab(t *testing.T, browser context.Context, base string, n *node) *tab {
 				return
 			}
 			// The browser logs every HTTP error answer (a 401 to a refused
-			// change, the 404 of /api/v1/cluster on a single node) as a
-			// network entry: those are expected.
+			// change) as a network entry: those are expected.
 			if (m.IsException() || m.Type == chromedp.ConsoleError) && m.Source != "network" {
 				p.mu.Lock()
 				p.problems = append(p.problems, m.String())

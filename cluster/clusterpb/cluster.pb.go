@@ -1070,6 +1070,50 @@ func (x *SettleRequest) GetOp() SettleOp {
 	return SettleOp_ACK
 }
 
+type SettleBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settles       []*SettleRequest       `protobuf:"bytes,1,rep,name=settles,proto3" json:"settles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleBatch) Reset() {
+	*x = SettleBatch{}
+	mi := &file_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleBatch) ProtoMessage() {}
+
+func (x *SettleBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleBatch.ProtoReflect.Descriptor instead.
+func (*SettleBatch) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SettleBatch) GetSettles() []*SettleRequest {
+	if x != nil {
+		return x.Settles
+	}
+	return nil
+}
+
 type SettleResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -1079,7 +1123,7 @@ type SettleResponse struct {
 
 func (x *SettleResponse) Reset() {
 	*x = SettleResponse{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1135,7 @@ func (x *SettleResponse) String() string {
 func (*SettleResponse) ProtoMessage() {}
 
 func (x *SettleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1148,7 @@ func (x *SettleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
 func (*SettleResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SettleResponse) GetResult() *Result {
@@ -1124,7 +1168,7 @@ type PartitionID struct {
 
 func (x *PartitionID) Reset() {
 	*x = PartitionID{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1180,7 @@ func (x *PartitionID) String() string {
 func (*PartitionID) ProtoMessage() {}
 
 func (x *PartitionID) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1193,7 @@ func (x *PartitionID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionID.ProtoReflect.Descriptor instead.
 func (*PartitionID) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PartitionID) GetQueue() string {
@@ -1179,7 +1223,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1235,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1248,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GroupState) GetGroup() string {
@@ -1254,7 +1298,7 @@ type PartitionState struct {
 
 func (x *PartitionState) Reset() {
 	*x = PartitionState{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1310,7 @@ func (x *PartitionState) String() string {
 func (*PartitionState) ProtoMessage() {}
 
 func (x *PartitionState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1323,7 @@ func (x *PartitionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionState.ProtoReflect.Descriptor instead.
 func (*PartitionState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PartitionState) GetFirst() uint64 {
@@ -1324,7 +1368,7 @@ type ImportChunk struct {
 
 func (x *ImportChunk) Reset() {
 	*x = ImportChunk{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1380,7 @@ func (x *ImportChunk) String() string {
 func (*ImportChunk) ProtoMessage() {}
 
 func (x *ImportChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1393,7 @@ func (x *ImportChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportChunk.ProtoReflect.Descriptor instead.
 func (*ImportChunk) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ImportChunk) GetPartition() *PartitionID {
@@ -1403,7 +1447,7 @@ type ImportResponse struct {
 
 func (x *ImportResponse) Reset() {
 	*x = ImportResponse{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1459,7 @@ func (x *ImportResponse) String() string {
 func (*ImportResponse) ProtoMessage() {}
 
 func (x *ImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1472,7 @@ func (x *ImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
 func (*ImportResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ImportResponse) GetResult() *Result {
@@ -1456,7 +1500,7 @@ type RoutedPublish struct {
 
 func (x *RoutedPublish) Reset() {
 	*x = RoutedPublish{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1512,7 @@ func (x *RoutedPublish) String() string {
 func (*RoutedPublish) ProtoMessage() {}
 
 func (x *RoutedPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1525,7 @@ func (x *RoutedPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutedPublish.ProtoReflect.Descriptor instead.
 func (*RoutedPublish) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RoutedPublish) GetTopic() string {
@@ -1549,7 +1593,7 @@ type RouteBatch struct {
 
 func (x *RouteBatch) Reset() {
 	*x = RouteBatch{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1605,7 @@ func (x *RouteBatch) String() string {
 func (*RouteBatch) ProtoMessage() {}
 
 func (x *RouteBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1618,7 @@ func (x *RouteBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBatch.ProtoReflect.Descriptor instead.
 func (*RouteBatch) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RouteBatch) GetPublishes() []*RoutedPublish {
@@ -1592,7 +1636,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1648,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1661,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 type TakeoverRequest struct {
@@ -1630,7 +1674,7 @@ type TakeoverRequest struct {
 
 func (x *TakeoverRequest) Reset() {
 	*x = TakeoverRequest{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1686,7 @@ func (x *TakeoverRequest) String() string {
 func (*TakeoverRequest) ProtoMessage() {}
 
 func (x *TakeoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1699,7 @@ func (x *TakeoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeoverRequest.ProtoReflect.Descriptor instead.
 func (*TakeoverRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TakeoverRequest) GetClientId() string {
@@ -1682,7 +1726,7 @@ type TakeoverResponse struct {
 
 func (x *TakeoverResponse) Reset() {
 	*x = TakeoverResponse{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1738,7 @@ func (x *TakeoverResponse) String() string {
 func (*TakeoverResponse) ProtoMessage() {}
 
 func (x *TakeoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1751,7 @@ func (x *TakeoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeoverResponse.ProtoReflect.Descriptor instead.
 func (*TakeoverResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TakeoverResponse) GetFound() bool {
@@ -1735,7 +1779,7 @@ type AdminRequest struct {
 
 func (x *AdminRequest) Reset() {
 	*x = AdminRequest{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1791,7 @@ func (x *AdminRequest) String() string {
 func (*AdminRequest) ProtoMessage() {}
 
 func (x *AdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1804,7 @@ func (x *AdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminRequest.ProtoReflect.Descriptor instead.
 func (*AdminRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AdminRequest) GetMethod() string {
@@ -1794,7 +1838,7 @@ type AdminResponse struct {
 
 func (x *AdminResponse) Reset() {
 	*x = AdminResponse{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1850,7 @@ func (x *AdminResponse) String() string {
 func (*AdminResponse) ProtoMessage() {}
 
 func (x *AdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1863,7 @@ func (x *AdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminResponse.ProtoReflect.Descriptor instead.
 func (*AdminResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AdminResponse) GetStatus() int32 {
@@ -1921,7 +1965,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\v2\x19.shardq.cluster.v1.ResultR\x05error\"o\n" +
 	"\rSettleRequest\x121\n" +
 	"\x05lease\x18\x01 \x01(\v2\x1b.shardq.cluster.v1.LeaseRefR\x05lease\x12+\n" +
-	"\x02op\x18\x02 \x01(\x0e2\x1b.shardq.cluster.v1.SettleOpR\x02op\"C\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x1b.shardq.cluster.v1.SettleOpR\x02op\"I\n" +
+	"\vSettleBatch\x12:\n" +
+	"\asettles\x18\x01 \x03(\v2 .shardq.cluster.v1.SettleRequestR\asettles\"C\n" +
 	"\x0eSettleResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.shardq.cluster.v1.ResultR\x06result\"A\n" +
 	"\vPartitionID\x12\x14\n" +
@@ -2011,11 +2057,12 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06REJECT\x10\x02\x12\f\n" +
 	"\bRECEIVED\x10\x03\x12\n" +
 	"\n" +
-	"\x06EXTEND\x10\x042\xb1\x04\n" +
+	"\x06EXTEND\x10\x042\x81\x05\n" +
 	"\x04Node\x12Q\n" +
 	"\aPublish\x12\x1f.shardq.cluster.v1.PublishBatch\x1a!.shardq.cluster.v1.PublishResults(\x010\x01\x12K\n" +
 	"\aConsume\x12\x1c.shardq.cluster.v1.ConsumeUp\x1a\x1e.shardq.cluster.v1.ConsumeDown(\x010\x01\x12M\n" +
-	"\x06Settle\x12 .shardq.cluster.v1.SettleRequest\x1a!.shardq.cluster.v1.SettleResponse\x12M\n" +
+	"\x06Settle\x12 .shardq.cluster.v1.SettleRequest\x1a!.shardq.cluster.v1.SettleResponse\x12N\n" +
+	"\aSettles\x12\x1e.shardq.cluster.v1.SettleBatch\x1a!.shardq.cluster.v1.SettleResponse(\x01\x12M\n" +
 	"\x06Import\x12\x1e.shardq.cluster.v1.ImportChunk\x1a!.shardq.cluster.v1.ImportResponse(\x01\x12J\n" +
 	"\x05Route\x12\x1d.shardq.cluster.v1.RouteBatch\x1a .shardq.cluster.v1.RouteResponse(\x01\x12S\n" +
 	"\bTakeover\x12\".shardq.cluster.v1.TakeoverRequest\x1a#.shardq.cluster.v1.TakeoverResponse\x12J\n" +
@@ -2034,7 +2081,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_cluster_proto_goTypes = []any{
 	(Code)(0),                // 0: shardq.cluster.v1.Code
 	(SettleOp)(0),            // 1: shardq.cluster.v1.SettleOp
@@ -2051,21 +2098,22 @@ var file_cluster_proto_goTypes = []any{
 	(*Delivery)(nil),         // 12: shardq.cluster.v1.Delivery
 	(*ConsumeDown)(nil),      // 13: shardq.cluster.v1.ConsumeDown
 	(*SettleRequest)(nil),    // 14: shardq.cluster.v1.SettleRequest
-	(*SettleResponse)(nil),   // 15: shardq.cluster.v1.SettleResponse
-	(*PartitionID)(nil),      // 16: shardq.cluster.v1.PartitionID
-	(*GroupState)(nil),       // 17: shardq.cluster.v1.GroupState
-	(*PartitionState)(nil),   // 18: shardq.cluster.v1.PartitionState
-	(*ImportChunk)(nil),      // 19: shardq.cluster.v1.ImportChunk
-	(*ImportResponse)(nil),   // 20: shardq.cluster.v1.ImportResponse
-	(*RoutedPublish)(nil),    // 21: shardq.cluster.v1.RoutedPublish
-	(*RouteBatch)(nil),       // 22: shardq.cluster.v1.RouteBatch
-	(*RouteResponse)(nil),    // 23: shardq.cluster.v1.RouteResponse
-	(*TakeoverRequest)(nil),  // 24: shardq.cluster.v1.TakeoverRequest
-	(*TakeoverResponse)(nil), // 25: shardq.cluster.v1.TakeoverResponse
-	(*AdminRequest)(nil),     // 26: shardq.cluster.v1.AdminRequest
-	(*AdminResponse)(nil),    // 27: shardq.cluster.v1.AdminResponse
-	nil,                      // 28: shardq.cluster.v1.GroupState.DeliveriesEntry
-	nil,                      // 29: shardq.cluster.v1.PartitionState.DedupsEntry
+	(*SettleBatch)(nil),      // 15: shardq.cluster.v1.SettleBatch
+	(*SettleResponse)(nil),   // 16: shardq.cluster.v1.SettleResponse
+	(*PartitionID)(nil),      // 17: shardq.cluster.v1.PartitionID
+	(*GroupState)(nil),       // 18: shardq.cluster.v1.GroupState
+	(*PartitionState)(nil),   // 19: shardq.cluster.v1.PartitionState
+	(*ImportChunk)(nil),      // 20: shardq.cluster.v1.ImportChunk
+	(*ImportResponse)(nil),   // 21: shardq.cluster.v1.ImportResponse
+	(*RoutedPublish)(nil),    // 22: shardq.cluster.v1.RoutedPublish
+	(*RouteBatch)(nil),       // 23: shardq.cluster.v1.RouteBatch
+	(*RouteResponse)(nil),    // 24: shardq.cluster.v1.RouteResponse
+	(*TakeoverRequest)(nil),  // 25: shardq.cluster.v1.TakeoverRequest
+	(*TakeoverResponse)(nil), // 26: shardq.cluster.v1.TakeoverResponse
+	(*AdminRequest)(nil),     // 27: shardq.cluster.v1.AdminRequest
+	(*AdminResponse)(nil),    // 28: shardq.cluster.v1.AdminResponse
+	nil,                      // 29: shardq.cluster.v1.GroupState.DeliveriesEntry
+	nil,                      // 30: shardq.cluster.v1.PartitionState.DedupsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	2,  // 0: shardq.cluster.v1.Message.user:type_name -> shardq.cluster.v1.Property
@@ -2081,34 +2129,37 @@ var file_cluster_proto_depIdxs = []int32{
 	7,  // 10: shardq.cluster.v1.ConsumeDown.error:type_name -> shardq.cluster.v1.Result
 	9,  // 11: shardq.cluster.v1.SettleRequest.lease:type_name -> shardq.cluster.v1.LeaseRef
 	1,  // 12: shardq.cluster.v1.SettleRequest.op:type_name -> shardq.cluster.v1.SettleOp
-	7,  // 13: shardq.cluster.v1.SettleResponse.result:type_name -> shardq.cluster.v1.Result
-	28, // 14: shardq.cluster.v1.GroupState.deliveries:type_name -> shardq.cluster.v1.GroupState.DeliveriesEntry
-	17, // 15: shardq.cluster.v1.PartitionState.groups:type_name -> shardq.cluster.v1.GroupState
-	29, // 16: shardq.cluster.v1.PartitionState.dedups:type_name -> shardq.cluster.v1.PartitionState.DedupsEntry
-	16, // 17: shardq.cluster.v1.ImportChunk.partition:type_name -> shardq.cluster.v1.PartitionID
-	18, // 18: shardq.cluster.v1.ImportChunk.state:type_name -> shardq.cluster.v1.PartitionState
-	4,  // 19: shardq.cluster.v1.ImportChunk.messages:type_name -> shardq.cluster.v1.Message
-	7,  // 20: shardq.cluster.v1.ImportResponse.result:type_name -> shardq.cluster.v1.Result
-	21, // 21: shardq.cluster.v1.RouteBatch.publishes:type_name -> shardq.cluster.v1.RoutedPublish
-	6,  // 22: shardq.cluster.v1.Node.Publish:input_type -> shardq.cluster.v1.PublishBatch
-	11, // 23: shardq.cluster.v1.Node.Consume:input_type -> shardq.cluster.v1.ConsumeUp
-	14, // 24: shardq.cluster.v1.Node.Settle:input_type -> shardq.cluster.v1.SettleRequest
-	19, // 25: shardq.cluster.v1.Node.Import:input_type -> shardq.cluster.v1.ImportChunk
-	22, // 26: shardq.cluster.v1.Node.Route:input_type -> shardq.cluster.v1.RouteBatch
-	24, // 27: shardq.cluster.v1.Node.Takeover:input_type -> shardq.cluster.v1.TakeoverRequest
-	26, // 28: shardq.cluster.v1.Node.Admin:input_type -> shardq.cluster.v1.AdminRequest
-	8,  // 29: shardq.cluster.v1.Node.Publish:output_type -> shardq.cluster.v1.PublishResults
-	13, // 30: shardq.cluster.v1.Node.Consume:output_type -> shardq.cluster.v1.ConsumeDown
-	15, // 31: shardq.cluster.v1.Node.Settle:output_type -> shardq.cluster.v1.SettleResponse
-	20, // 32: shardq.cluster.v1.Node.Import:output_type -> shardq.cluster.v1.ImportResponse
-	23, // 33: shardq.cluster.v1.Node.Route:output_type -> shardq.cluster.v1.RouteResponse
-	25, // 34: shardq.cluster.v1.Node.Takeover:output_type -> shardq.cluster.v1.TakeoverResponse
-	27, // 35: shardq.cluster.v1.Node.Admin:output_type -> shardq.cluster.v1.AdminResponse
-	29, // [29:36] is the sub-list for method output_type
-	22, // [22:29] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	14, // 13: shardq.cluster.v1.SettleBatch.settles:type_name -> shardq.cluster.v1.SettleRequest
+	7,  // 14: shardq.cluster.v1.SettleResponse.result:type_name -> shardq.cluster.v1.Result
+	29, // 15: shardq.cluster.v1.GroupState.deliveries:type_name -> shardq.cluster.v1.GroupState.DeliveriesEntry
+	18, // 16: shardq.cluster.v1.PartitionState.groups:type_name -> shardq.cluster.v1.GroupState
+	30, // 17: shardq.cluster.v1.PartitionState.dedups:type_name -> shardq.cluster.v1.PartitionState.DedupsEntry
+	17, // 18: shardq.cluster.v1.ImportChunk.partition:type_name -> shardq.cluster.v1.PartitionID
+	19, // 19: shardq.cluster.v1.ImportChunk.state:type_name -> shardq.cluster.v1.PartitionState
+	4,  // 20: shardq.cluster.v1.ImportChunk.messages:type_name -> shardq.cluster.v1.Message
+	7,  // 21: shardq.cluster.v1.ImportResponse.result:type_name -> shardq.cluster.v1.Result
+	22, // 22: shardq.cluster.v1.RouteBatch.publishes:type_name -> shardq.cluster.v1.RoutedPublish
+	6,  // 23: shardq.cluster.v1.Node.Publish:input_type -> shardq.cluster.v1.PublishBatch
+	11, // 24: shardq.cluster.v1.Node.Consume:input_type -> shardq.cluster.v1.ConsumeUp
+	14, // 25: shardq.cluster.v1.Node.Settle:input_type -> shardq.cluster.v1.SettleRequest
+	15, // 26: shardq.cluster.v1.Node.Settles:input_type -> shardq.cluster.v1.SettleBatch
+	20, // 27: shardq.cluster.v1.Node.Import:input_type -> shardq.cluster.v1.ImportChunk
+	23, // 28: shardq.cluster.v1.Node.Route:input_type -> shardq.cluster.v1.RouteBatch
+	25, // 29: shardq.cluster.v1.Node.Takeover:input_type -> shardq.cluster.v1.TakeoverRequest
+	27, // 30: shardq.cluster.v1.Node.Admin:input_type -> shardq.cluster.v1.AdminRequest
+	8,  // 31: shardq.cluster.v1.Node.Publish:output_type -> shardq.cluster.v1.PublishResults
+	13, // 32: shardq.cluster.v1.Node.Consume:output_type -> shardq.cluster.v1.ConsumeDown
+	16, // 33: shardq.cluster.v1.Node.Settle:output_type -> shardq.cluster.v1.SettleResponse
+	16, // 34: shardq.cluster.v1.Node.Settles:output_type -> shardq.cluster.v1.SettleResponse
+	21, // 35: shardq.cluster.v1.Node.Import:output_type -> shardq.cluster.v1.ImportResponse
+	24, // 36: shardq.cluster.v1.Node.Route:output_type -> shardq.cluster.v1.RouteResponse
+	26, // 37: shardq.cluster.v1.Node.Takeover:output_type -> shardq.cluster.v1.TakeoverResponse
+	28, // 38: shardq.cluster.v1.Node.Admin:output_type -> shardq.cluster.v1.AdminResponse
+	31, // [31:39] is the sub-list for method output_type
+	23, // [23:31] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -2122,7 +2173,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

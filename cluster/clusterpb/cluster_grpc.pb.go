@@ -26,6 +26,7 @@ const (
 	Node_Publish_FullMethodName  = "/shardq.cluster.v1.Node/Publish"
 	Node_Consume_FullMethodName  = "/shardq.cluster.v1.Node/Consume"
 	Node_Settle_FullMethodName   = "/shardq.cluster.v1.Node/Settle"
+	Node_Settles_FullMethodName  = "/shardq.cluster.v1.Node/Settles"
 	Node_Import_FullMethodName   = "/shardq.cluster.v1.Node/Import"
 	Node_Route_FullMethodName    = "/shardq.cluster.v1.Node/Route"
 	Node_Takeover_FullMethodName = "/shardq.cluster.v1.Node/Takeover"
@@ -47,6 +48,9 @@ type NodeClient interface {
 	// Settle settles, extends or marks received a lease of the server's
 	// partitions.
 	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
+	// Settles carries the settlements whose outcome nobody waits for (those
+	// of PUBACKs), batched; a failed one leaves its lease to expire.
+	Settles(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SettleBatch, SettleResponse], error)
 	// Import writes a partition moving to the server: the first chunk
 	// carries the state, the last one asks for the answer.
 	Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportChunk, ImportResponse], error)
@@ -103,9 +107,22 @@ func (c *nodeClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *nodeClient) Settles(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SettleBatch, SettleResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[2], Node_Settles_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SettleBatch, SettleResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_SettlesClient = grpc.ClientStreamingClient[SettleBatch, SettleResponse]
+
 func (c *nodeClient) Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportChunk, ImportResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[2], Node_Import_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[3], Node_Import_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +135,7 @@ type Node_ImportClient = grpc.ClientStreamingClient[ImportChunk, ImportResponse]
 
 func (c *nodeClient) Route(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RouteBatch, RouteResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[3], Node_Route_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[4], Node_Route_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +181,9 @@ type NodeServer interface {
 	// Settle settles, extends or marks received a lease of the server's
 	// partitions.
 	Settle(context.Context, *SettleRequest) (*SettleResponse, error)
+	// Settles carries the settlements whose outcome nobody waits for (those
+	// of PUBACKs), batched; a failed one leaves its lease to expire.
+	Settles(grpc.ClientStreamingServer[SettleBatch, SettleResponse]) error
 	// Import writes a partition moving to the server: the first chunk
 	// carries the state, the last one asks for the answer.
 	Import(grpc.ClientStreamingServer[ImportChunk, ImportResponse]) error
@@ -192,6 +212,9 @@ func (UnimplementedNodeServer) Consume(grpc.BidiStreamingServer[ConsumeUp, Consu
 }
 func (UnimplementedNodeServer) Settle(context.Context, *SettleRequest) (*SettleResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
+}
+func (UnimplementedNodeServer) Settles(grpc.ClientStreamingServer[SettleBatch, SettleResponse]) error {
+	return status.Error(codes.Unimplemented, "method Settles not implemented")
 }
 func (UnimplementedNodeServer) Import(grpc.ClientStreamingServer[ImportChunk, ImportResponse]) error {
 	return status.Error(codes.Unimplemented, "method Import not implemented")
@@ -257,6 +280,13 @@ func _Node_Settle_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Node_Settles_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeServer).Settles(&grpc.GenericServerStream[SettleBatch, SettleResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_SettlesServer = grpc.ClientStreamingServer[SettleBatch, SettleResponse]
 
 func _Node_Import_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(NodeServer).Import(&grpc.GenericServerStream[ImportChunk, ImportResponse]{ServerStream: stream})
@@ -339,6 +369,11 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Consume",
 			Handler:       _Node_Consume_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Settles",
+			Handler:       _Node_Settles_Handler,
 			ClientStreams: true,
 		},
 		{

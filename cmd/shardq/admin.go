@@ -150,6 +150,11 @@ var adminCommands = []adminSpec{
 			}
 			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+"/dlq/replay", req, a.out, printReplay)
 		}},
+	{name: "cluster status", short: "the nodes and the owner of each partition",
+		about: "Shows the cluster as the node asked sees it: each node with its state (up,\nleaving, down), addresses and partitions owned, then each partition of\nevery queue with its owner, epoch, replicas and in-sync replicas. Any node\nanswers; a single node shows itself owning every partition.",
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "GET", "/api/v1/cluster", nil, a.out, printCluster)
+		}},
 }
 
 // usageErr is a mistake in a command's arguments found while running it.
@@ -159,8 +164,9 @@ func (e usageErr) Error() string { return e.msg }
 
 const defaultServer = "http://" + config.DefaultHTTP
 
-// adminCommand runs the admin commands: args[0] is queues, queue, group or
-// dlq. It returns 0 on success, 1 when the call failed and 2 for bad usage.
+// adminCommand runs the admin commands: args[0] is queues, queue, group,
+// dlq or cluster. It returns 0 on success, 1 when the call failed and 2
+// for bad usage.
 func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	name := args[0]
 	rest := args[1:]
@@ -242,7 +248,8 @@ func groupUsage(group string, rest []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// writeGroupUsage lists the subcommands of group (queue, group, dlq).
+// writeGroupUsage lists the subcommands of group (queue, group, dlq,
+// cluster).
 func writeGroupUsage(w io.Writer, group string) {
 	fmt.Fprintf(w, "usage: shardq %s <subcommand> [arguments] [flags]\n\nsubcommands:\n", group)
 	t := table(w)
@@ -250,6 +257,9 @@ func writeGroupUsage(w io.Writer, group string) {
 		if sub, ok := strings.CutPrefix(s.name, group+" "); ok {
 			fmt.Fprintf(t, "  %s %s\t%s\n", sub, s.args, s.short)
 		}
+	}
+	if group == "cluster" {
+		fmt.Fprintf(t, "  dev [--nodes N] [--dir DIR]\t%s\n", "run an embedded etcd and N nodes in this process, to try a cluster")
 	}
 	t.Flush()
 	fmt.Fprintf(w, "\nRun \"shardq %s <subcommand> --help\" for its flags.\n", group)
@@ -356,6 +366,14 @@ func printQueues(w io.Writer, l broker.QueueList) {
 	if len(l.Queues) == 0 {
 		fmt.Fprintf(w, "no queues on %s\n", l.Node)
 	}
+	printMissing(w, l.NodesMissing)
+}
+
+// printMissing names the nodes of a cluster whose figures are missing.
+func printMissing(w io.Writer, missing []string) {
+	if len(missing) > 0 {
+		fmt.Fprintf(w, "\nfigures missing from %d nodes: %s\n", len(missing), strings.Join(missing, "; "))
+	}
 }
 
 func printQueue(w io.Writer, q broker.QueueView) {
@@ -371,6 +389,7 @@ func printQueue(w io.Writer, q broker.QueueView) {
 		fmt.Fprintf(w, "\ndead-letter queue %s\n", q.DLQ.Name)
 		printFigures(w, *q.DLQ, false)
 	}
+	printMissing(w, q.NodesMissing)
 }
 
 // printFigures prints a queue's figures; the partitions that hold nothing
@@ -417,6 +436,7 @@ func age(seconds float64) string {
 }
 
 func printMessages(w io.Writer, l broker.MessageList) {
+	defer printMissing(w, l.NodesMissing)
 	if len(l.Messages) == 0 {
 		fmt.Fprintf(w, "no messages in %s\n", l.Queue)
 		return

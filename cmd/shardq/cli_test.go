@@ -26,6 +26,9 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"queue", "peek"}, []string{"usage: shardq queue peek QUEUE", "--partition PARTITION", "--limit N"}},
 		{[]string{"group"}, []string{"usage: shardq group <subcommand>", "delete QUEUE GROUP"}},
 		{[]string{"dlq", "replay"}, []string{"usage: shardq dlq replay QUEUE", "--id MSGID"}},
+		{[]string{"cluster"}, []string{"usage: shardq cluster <subcommand>", "status", "dev [--nodes N] [--dir DIR]"}},
+		{[]string{"cluster", "status"}, []string{"usage: shardq cluster status", "--server URL", "--json"}},
+		{[]string{"cluster", "dev"}, []string{"usage: shardq cluster dev", "--nodes N", "--dir DIR", "--base-port PORT"}},
 		{[]string{"migrate-shards"}, []string{"usage: shardq migrate-shards", "--data-dir DIR", "--verify MODE"}},
 		{[]string{"passwd"}, []string{"usage: shardq passwd USER", "--cost N"}},
 	}

@@ -4,6 +4,8 @@
 //	shardq version
 //	shardq health [--server URL] [--ready]
 //	shardq queues | queue ... | group delete ... | dlq replay ...
+//	shardq cluster status [--json] [--server URL]
+//	shardq cluster dev [--nodes N] [--dir DIR]
 //	shardq passwd USER [--cost N]
 //	shardq migrate-shards --data-dir DIR --from N --to M [--dry-run]
 //	shardq bench SCENARIO --broker HOST:PORT [...]
@@ -33,6 +35,8 @@ commands:
   queue             show, peek, purge or declare a queue
   group delete      delete a consumer group
   dlq replay        publish dead letters into their queue again
+  cluster status    the nodes of a cluster and the owner of each partition
+  cluster dev       run an embedded etcd and N nodes in this process, to try a cluster
   passwd            print a users file line (USER:BCRYPT-HASH) for a user
   migrate-shards    rewrite a stopped node's data directory to another storage.shards
   bench             run a load scenario against any MQTT broker
@@ -67,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return healthCommand(ctx, rest, stdout, stderr, os.Getenv)
 	case "queues", "queue", "group", "dlq":
 		return adminCommand(ctx, append([]string{cmd}, rest...), stdout, stderr, os.Getenv)
+	case "cluster":
+		return clusterCommand(ctx, rest, stdout, stderr, os.Getenv)
 	case "passwd":
 		return passwdCommand(rest, os.Stdin, stdinTerminal(), stdout, stderr)
 	case "migrate-shards":
@@ -89,7 +95,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	switch args[0] {
-	case "serve", "version", "health", "queues", "queue", "group", "dlq", "passwd", "migrate-shards", "bench":
+	case "serve", "version", "health", "queues", "queue", "group", "dlq", "cluster", "passwd", "migrate-shards", "bench":
 		return run(append(args[:len(args):len(args)], "--help"), stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "shardq help: unknown command %q\n\n%s", args[0], usage)

@@ -184,12 +184,13 @@ async function ready() {
   }
 }
 
-// cluster returns the cluster map, null where the node has none (no
-// /api/v1/cluster: a single node), or undefined when it could not tell
-// (asked again at the next poll).
+// cluster returns the cluster map, null where the node has none (a single
+// node: clustered false, or no /api/v1/cluster), or undefined when it could
+// not tell (asked again at the next poll).
 async function cluster() {
   try {
-    return await api('GET', API + 'cluster');
+    const c = await api('GET', API + 'cluster');
+    return c && c.clustered === false ? null : c;
   } catch (e) {
     return e.status === 404 ? null : undefined;
   }

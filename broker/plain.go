@@ -1,0 +1,634 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/shardq/shardq/cluster"
+	"github.com/shardq/shardq/hooks"
+	"github.com/shardq/shardq/queue"
+)
+
+// plainHook is the broker's side of ordinary MQTT across the nodes of a
+// cluster (SPEC section 7; cluster/plain.go has the node's side):
+//
+//   - Interest: the node is told each plain filter the clients here
+//     subscribe to (shared ones included), as it starts being subscribed
+//     and once nobody is (OnSubscribed, OnUnsubscribed, OnClientExpired;
+//     the sessions restored at start in OnStarted).
+//   - Publishes made here on a plain topic are routed after mochi has
+//     delivered them here (OnPublished, OnWillSent): OnSelectSubscribers
+//     notes the shared subscriptions served here, which the node then
+//     leaves out.
+//   - Publishes routed here by another node are injected into mochi by
+//     inline clients of this hook (Deliver); OnSelectSubscribers limits
+//     their subscribers to those the sending node chose this node for.
+//   - Client IDs: OnConnect records the client ID for this node, which
+//     takes the session over from the node that held it; with clean start
+//     false the session's subscriptions (queue subscriptions included)
+//     and undelivered messages come along: OnSessionEstablish puts them in
+//     an offline session that mochi then resumes, as it resumes a stored
+//     one. TakeOver is the other end: the session leaves this node.
+type plainHook struct {
+	mqtt.HookBase
+	b        *Broker
+	log      *slog.Logger
+	node     *cluster.Node
+	server   *mqtt.Server
+	sessions *sessionHook
+	queues   *hooks.Hook
+
+	routes   chan *routeClient
+	routeIDs map[string]*routeClient // by client ID; fixed once attached
+
+	// served holds, from OnSelectSubscribers to OnPublished, the shared
+	// subscriptions served here for the publish of a client under way.
+	served sync.Map // client ID -> servedHere
+
+	mu      sync.Mutex
+	subs    map[string]map[string]bool // plain filters subscribed here, by client ID
+	refs    map[string]int             // the clients subscribed, by filter
+	claims  map[*mqtt.Client]*cluster.Claim
+	resumed map[*mqtt.Client]*movedSession // taken over from another node, until OnSessionEstablish
+	adopted map[*mqtt.Client]*movedSession // resumed here, until OnSessionEstablished stores it
+	moved   map[*mqtt.Client]chan struct{} // leaving for another node: closed once disconnected
+}
+
+// routeClients is how many routed batches are delivered at once.
+const routeClients = 8
+
+// routeClient injects routed publishes; cur is the message under way,
+// which OnSelectSubscribers reads on the same goroutine.
+type routeClient struct {
+	cl  *mqtt.Client
+	cur atomic.Pointer[cluster.PlainMessage]
+}
+
+type servedHere struct {
+	topic  string
+	groups []string
+}
+
+// movedSession is a session moving between nodes (TakeOver).
+type movedSession struct {
+	User     string            `json:"user,omitempty"`
+	Version  byte              `json:"version"`
+	Clean    bool              `json:"clean,omitempty"`
+	Subs     []subRecord       `json:"subs,omitempty"`
+	Inflight []storage.Message `json:"inflight,omitempty"`
+}
+
+// Timeouts of moving sessions.
+const (
+	claimTimeout    = 5 * time.Second // recording a client ID, the takeover included
+	takeoverTimeout = 3 * time.Second // a client taken over to disconnect
+)
+
+func newPlainHook(b *Broker) *plainHook {
+	return &plainHook{b: b, log: b.log.With("component", "cluster"), routes: make(chan *routeClient, routeClients),
+		routeIDs: map[string]*routeClient{}, subs: map[string]map[string]bool{}, refs: map[string]int{},
+		claims: map[*mqtt.Client]*cluster.Claim{}, resumed: map[*mqtt.Client]*movedSession{},
+		adopted: map[*mqtt.Client]*movedSession{}, moved: map[*mqtt.Client]chan struct{}{}}
+}
+
+// attach completes the hook once the node, the mochi server and the other
+// hooks exist.
+func (h *plainHook) attach(sessions *sessionHook) {
+	h.node, h.server, h.sessions, h.queues = h.b.node, h.b.server, sessions, h.b.hook
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	for i := range routeClients {
+		cl := h.server.NewClient(nil, "cluster", fmt.Sprintf("$shardq-route-%x-%d", nonce, i), true)
+		cl.Properties.ProtocolVersion = 5
+		rc := &routeClient{cl: cl}
+		h.routeIDs[cl.ID] = rc
+		h.routes <- rc
+	}
+}
+
+// ID implements mqtt.Hook.
+func (h *plainHook) ID() string { return "shardq-cluster" }
+
+// Provides implements mqtt.Hook.
+func (h *plainHook) Provides(b byte) bool {
+	return bytes.Contains([]byte{
+		mqtt.OnStarted,
+		mqtt.OnConnect,
+		mqtt.OnSessionEstablish,
+		mqtt.OnSessionEstablished,
+		mqtt.OnDisconnect,
+		mqtt.OnClientExpired,
+		mqtt.OnSubscribed,
+		mqtt.OnUnsubscribed,
+		mqtt.OnPublish,
+		mqtt.OnPublished,
+		mqtt.OnWill,
+		mqtt.OnWillSent,
+		mqtt.OnSelectSubscribers,
+	}, []byte{b})
+}
+
+func (h *plainHook) isRoute(cl *mqtt.Client) bool {
+	rc := h.routeIDs[cl.ID]
+	return rc != nil && rc.cl == cl
+}
+
+// addInterest records that client subscribes to filter.
+func (h *plainHook) addInterest(client, filter string) {
+	if filter == "" || queue.IsQueueTopic(filter) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fs := h.subs[client]
+	if fs == nil {
+		fs = map[string]bool{}
+		h.subs[client] = fs
+	}
+	if fs[filter] {
+		return
+	}
+	fs[filter] = true
+	h.refs[filter]++
+	if h.refs[filter] == 1 {
+		h.node.Interest(filter, true)
+	}
+}
+
+// dropInterest records that client no longer subscribes to filter, or
+// to anything when filter is "".
+func (h *plainHook) dropInterest(client, filter string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fs := h.subs[client]
+	drop := func(f string) {
+		delete(fs, f)
+		h.refs[f]--
+		if h.refs[f] <= 0 {
+			delete(h.refs, f)
+			h.node.Interest(f, false)
+		}
+	}
+	if filter != "" {
+		if fs[filter] {
+			drop(filter)
+		}
+	} else {
+		for f := range fs {
+			drop(f)
+		}
+	}
+	if len(fs) == 0 {
+		delete(h.subs, client)
+	}
+}
+
+// OnStarted gives the node the subscriptions of the sessions mochi
+// restored from storage, and records their client IDs (a client another
+// node holds meanwhile loses its session here).
+func (h *plainHook) OnStarted() {
+	clients := h.server.Clients.GetAll()
+	for id, cl := range clients {
+		for f := range cl.State.Subscriptions.GetAll() {
+			h.addInterest(id, f)
+		}
+	}
+	go h.claimRestored(clients)
+}
+
+func (h *plainHook) claimRestored(clients map[string]*mqtt.Client) {
+	for id, cl := range clients {
+		if !cl.Closed() {
+			continue // connected meanwhile: recorded by OnConnect
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+		c, holder, err := h.node.ClaimRestored(ctx, id, string(cl.Properties.Username))
+		cancel()
+		switch {
+		case err != nil:
+			h.log.Warn("recording a restored session's client ID", "client", id, "err", err)
+		case holder != "":
+			h.log.Info("restored session dropped: its client is on another node", "client", id, "node", holder)
+			h.endSession(cl)
+		case c != nil:
+			h.mu.Lock()
+			h.claims[cl] = c
+			h.mu.Unlock()
+		}
+	}
+}
+
+// OnConnect records the client ID for this node, taking the session over
+// from the node that held it. A client ID whose session is another
+// user's is refused (0x85), as is a client whose ID cannot be recorded
+// (0x88): it might be connected elsewhere.
+func (h *plainHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	c, data, found, err := h.node.ClaimClient(ctx, cl.ID, string(cl.Properties.Username))
+	switch {
+	case errors.Is(err, cluster.ErrSessionOfOtherUser):
+		h.b.sec.authFailure(authClientIDTaken)
+		return refuse(cl, packets.ErrClientIdentifierNotValid.Code, packets.Err3ClientIdentifierNotValid.Code,
+			"the client ID belongs to another user's session")
+	case err != nil:
+		h.log.Warn("client refused: its client ID cannot be recorded in the cluster", "client", cl.ID, "err", err)
+		return refuse(cl, packets.ErrServerUnavailable.Code, packets.Err3ServerUnavailable.Code,
+			"the cluster cannot record the client ID")
+	}
+	var st *movedSession
+	if found && len(data) > 0 {
+		st = &movedSession{}
+		if err := json.Unmarshal(data, st); err != nil {
+			h.log.Error("session taken over from another node unreadable; starting anew", "client", cl.ID, "err", err)
+			st = nil
+		}
+	}
+	h.mu.Lock()
+	h.claims[cl] = c
+	if st != nil {
+		h.resumed[cl] = st
+	}
+	h.mu.Unlock()
+	return nil
+}
+
+// OnSessionEstablish puts a session taken over from another node, with
+// clean start false, in an offline session of the client ID, which mochi
+// then resumes (session present, subscriptions, undelivered messages)
+// as it resumes a stored one. A session here already is resumed instead.
+func (h *plainHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+	h.mu.Lock()
+	st := h.resumed[cl]
+	delete(h.resumed, cl)
+	h.mu.Unlock()
+	if st == nil || pk.Connect.Clean || (st.Clean && st.Version < 5) {
+		return
+	}
+	if _, ok := h.server.Clients.Get(cl.ID); ok {
+		return
+	}
+	old := h.server.NewClient(nil, cl.Net.Listener, cl.ID, false)
+	old.Properties.ProtocolVersion = st.Version
+	old.Properties.Username = cl.Properties.Username
+	for _, rec := range st.Subs {
+		sub := packets.Subscription{Filter: rec.Sub.Filter, Qos: rec.Sub.Qos, Identifier: rec.Sub.Identifier,
+			NoLocal: rec.Sub.NoLocal, RetainHandling: rec.Sub.RetainHandling, RetainAsPublished: rec.Sub.RetainAsPublished}
+		old.State.Subscriptions.Add(sub.Filter, sub)
+		if queue.IsQueueTopic(sub.Filter) {
+			h.queues.RestoreSubscription(cl.ID, sub.Filter, rec.Props)
+			continue
+		}
+		if h.server.Topics.Subscribe(cl.ID, sub) {
+			atomic.AddInt64(&h.server.Info.Subscriptions, 1)
+		}
+		h.addInterest(cl.ID, sub.Filter)
+	}
+	for _, m := range st.Inflight {
+		old.State.Inflight.Set(m.ToPacket())
+	}
+	old.Stop(packets.ErrSessionTakenOver)
+	h.server.Clients.Add(old)
+	h.mu.Lock()
+	h.adopted[cl] = st
+	h.mu.Unlock()
+	h.log.Debug("session taken over from another node", "client", cl.ID, "subscriptions", len(st.Subs), "inflight", len(st.Inflight))
+}
+
+// OnSessionEstablished stores a session taken over from another node
+// (when it outlives its connection), and disconnects a client another
+// node took while it connected here.
+func (h *plainHook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
+	h.mu.Lock()
+	st := h.adopted[cl]
+	delete(h.adopted, cl)
+	c := h.claims[cl]
+	h.mu.Unlock()
+	if c != nil && !h.node.Holds(c) {
+		h.log.Info("client connected on another node meanwhile; disconnected", "client", cl.ID)
+		_ = h.server.DisconnectClient(cl, packets.ErrSessionTakenOver)
+		cl.Stop(packets.ErrSessionTakenOver)
+		return
+	}
+	if st == nil || !h.sessions.isStored(cl.ID) {
+		return
+	}
+	for _, rec := range st.Subs {
+		sub := packets.Subscription{Filter: rec.Sub.Filter, Qos: rec.Sub.Qos, Identifier: rec.Sub.Identifier,
+			NoLocal: rec.Sub.NoLocal, RetainHandling: rec.Sub.RetainHandling, RetainAsPublished: rec.Sub.RetainAsPublished}
+		h.sessions.OnSubscribed(cl, packets.Packet{Filters: packets.Subscriptions{sub}, Properties: packets.Properties{User: rec.Props}},
+			[]byte{sub.Qos})
+	}
+	for _, m := range cl.State.Inflight.GetAll(false) {
+		h.sessions.OnQosPublish(cl, m, m.Created, 0)
+	}
+}
+
+// OnDisconnect releases the client ID of a session that ends with its
+// connection, and tells TakeOver that a client leaving for another node
+// is gone.
+func (h *plainHook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
+	h.mu.Lock()
+	done, moving := h.moved[cl]
+	delete(h.moved, cl)
+	c := h.claims[cl]
+	release := expire && !cl.IsTakenOver() && !moving
+	if moving || expire || cl.IsTakenOver() {
+		delete(h.claims, cl)
+	}
+	h.mu.Unlock()
+	if moving {
+		close(done)
+		return
+	}
+	if release && c != nil {
+		h.node.ReleaseClient(c)
+	}
+}
+
+// OnClientExpired forgets an expired session.
+func (h *plainHook) OnClientExpired(cl *mqtt.Client) {
+	h.dropInterest(cl.ID, "")
+	h.mu.Lock()
+	c := h.claims[cl]
+	delete(h.claims, cl)
+	h.mu.Unlock()
+	if c != nil {
+		h.node.ReleaseClient(c)
+	}
+}
+
+// OnSubscribed records the plain filters granted.
+func (h *plainHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
+	for i, f := range pk.Filters {
+		if i < len(reasonCodes) && reasonCodes[i] < packets.ErrUnspecifiedError.Code {
+			h.addInterest(cl.ID, f.Filter)
+		}
+	}
+}
+
+// OnUnsubscribed forgets the filters removed (mochi also calls it when a
+// session ends).
+func (h *plainHook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
+	for _, f := range pk.Filters {
+		if f.Filter != "" {
+			h.dropInterest(cl.ID, f.Filter)
+		}
+	}
+}
+
+// OnPublish starts a client's publish: nothing is served here for it yet.
+func (h *plainHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if !h.isRoute(cl) {
+		h.served.Delete(cl.ID)
+	}
+	return pk, nil
+}
+
+// OnWill starts a will like OnPublish a publish.
+func (h *plainHook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
+	h.served.Delete(cl.ID)
+	return will, nil
+}
+
+// OnSelectSubscribers limits a routed publish to the subscribers the
+// sending node chose this node for, and notes which shared subscriptions
+// a publish made here is served by here.
+func (h *plainHook) OnSelectSubscribers(subs *mqtt.Subscribers, pk packets.Packet) *mqtt.Subscribers {
+	if rc := h.routeIDs[pk.Origin]; rc != nil {
+		if m := rc.cur.Load(); m != nil {
+			for g := range subs.Shared {
+				if !slices.Contains(m.Groups, g) {
+					delete(subs.Shared, g)
+				}
+			}
+			if m.SharedOnly {
+				clear(subs.Subscriptions)
+				clear(subs.InlineSubscriptions)
+			}
+		}
+		return subs
+	}
+	if len(subs.Shared) == 0 || queue.IsQueueTopic(pk.TopicName) {
+		return subs
+	}
+	groups := make([]string, 0, len(subs.Shared))
+	for g, members := range subs.Shared {
+		if len(members) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	h.served.Store(pk.Origin, servedHere{topic: pk.TopicName, groups: groups})
+	return subs
+}
+
+// OnPublished routes a publish made here to the other nodes.
+func (h *plainHook) OnPublished(cl *mqtt.Client, pk packets.Packet) {
+	if h.isRoute(cl) {
+		return
+	}
+	h.route(cl, pk)
+}
+
+// OnWillSent routes a will published here to the other nodes.
+func (h *plainHook) OnWillSent(cl *mqtt.Client, pk packets.Packet) { h.route(cl, pk) }
+
+func (h *plainHook) route(cl *mqtt.Client, pk packets.Packet) {
+	v, _ := h.served.LoadAndDelete(cl.ID)
+	if pk.Ignore || pk.TopicName == "" || queue.IsQueueTopic(pk.TopicName) {
+		return
+	}
+	var local []string
+	if s, ok := v.(servedHere); ok && s.topic == pk.TopicName {
+		local = s.groups
+	}
+	h.node.RoutePlain(cluster.PlainMessage{Topic: pk.TopicName, Payload: pk.Payload, QoS: pk.FixedHeader.Qos,
+		Retain: pk.FixedHeader.Retain, Properties: encodePlainProps(pk.Properties), Origin: pk.Origin}, local)
+}
+
+// Deliver implements cluster.PlainHandler: it publishes the messages
+// another node routed here to the subscribers here, through mochi, as
+// an inline client.
+func (h *plainHook) Deliver(msgs []cluster.PlainMessage) {
+	rc := <-h.routes
+	defer func() { h.routes <- rc }()
+	for i := range msgs {
+		h.deliver(rc, &msgs[i])
+	}
+}
+
+func (h *plainHook) deliver(rc *routeClient, m *cluster.PlainMessage) {
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: m.QoS, Retain: m.Retain},
+		TopicName:   m.Topic,
+		Payload:     m.Payload,
+		PacketID:    uint16(m.QoS), // inline publishes are not acknowledged; QoS 1 and 2 need an ID
+	}
+	if len(m.Properties) > 0 {
+		p, err := decodePlainProps(m.Properties)
+		if err != nil {
+			h.log.Warn("routed publish with unreadable properties; dropped", "topic", m.Topic, "err", err)
+			return
+		}
+		pk.Properties = p
+	}
+	if m.SharedOnly && !servesAny(h.server.Topics.Subscribers(m.Topic), m.Groups) {
+		// Nobody here to deliver to (mochi would give it to every plain
+		// subscriber): a retained message is only stored.
+		if m.Retain {
+			h.retain(rc, pk)
+		}
+		return
+	}
+	rc.cur.Store(m)
+	err := h.server.InjectPacket(rc.cl, pk)
+	rc.cur.Store(nil)
+	if err != nil {
+		h.log.Warn("routed publish not delivered", "topic", m.Topic, "err", err)
+	}
+}
+
+// servesAny reports whether one of the shared subscriptions named has
+// members among subs.
+func servesAny(subs *mqtt.Subscribers, groups []string) bool {
+	for _, g := range groups {
+		if len(subs.Shared[g]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// retain stores a routed retained message (an empty payload clears the
+// topic's), as mochi stores one published here.
+func (h *plainHook) retain(rc *routeClient, pk packets.Packet) {
+	if h.server.Options.Capabilities.RetainAvailable == 0 {
+		return
+	}
+	pk.ProtocolVersion = rc.cl.Properties.ProtocolVersion
+	pk.Origin = rc.cl.ID
+	pk.Created = time.Now().Unix()
+	if e := pk.Properties.MessageExpiryInterval; e > 0 {
+		pk.Expiry = pk.Created + int64(e)
+	}
+	r := h.server.Topics.RetainMessage(pk.Copy(false))
+	h.sessions.OnRetainMessage(rc.cl, pk, r)
+	atomic.StoreInt64(&h.server.Info.Retained, int64(h.server.Topics.Retained.Len()))
+}
+
+// TakeOver implements cluster.PlainHandler: the client connected on
+// another node. Its connection here gets a DISCONNECT 0x8E (session taken
+// over) and is closed; its session (subscriptions, their queue
+// properties, undelivered messages) is returned and dropped here.
+func (h *plainHook) TakeOver(clientID, node string) ([]byte, bool) {
+	cl, ok := h.server.Clients.Get(clientID)
+	if !ok {
+		h.sessions.drop("session taken over", clientID)
+		h.queues.ForgetSession(clientID)
+		return nil, false
+	}
+	data, err := json.Marshal(h.sessionOf(cl))
+	if err != nil {
+		h.log.Error("session taken over not encoded; the client starts anew", "client", clientID, "err", err)
+		data = nil
+	}
+	done := make(chan struct{})
+	h.mu.Lock()
+	h.moved[cl] = done
+	delete(h.claims, cl)
+	h.mu.Unlock()
+	if !cl.Closed() {
+		_ = h.server.DisconnectClient(cl, packets.ErrSessionTakenOver)
+		cl.Stop(packets.ErrSessionTakenOver)
+		select {
+		case <-done:
+		case <-time.After(takeoverTimeout):
+			h.log.Warn("client taken over by another node still attached here", "client", clientID)
+		}
+	}
+	h.endSession(cl)
+	h.log.Info("session taken over by another node", "client", clientID, "node", node)
+	return data, data != nil
+}
+
+// sessionOf returns the session of cl as it moves to another node.
+func (h *plainHook) sessionOf(cl *mqtt.Client) *movedSession {
+	st := &movedSession{User: string(cl.Properties.Username), Version: cl.Properties.ProtocolVersion, Clean: cl.Properties.Clean}
+	for filter, sub := range cl.State.Subscriptions.GetAll() {
+		rec := subRecord{Sub: storage.Subscription{Filter: filter, Qos: sub.Qos, Identifier: sub.Identifier,
+			NoLocal: sub.NoLocal, RetainHandling: sub.RetainHandling, RetainAsPublished: sub.RetainAsPublished}}
+		if queue.IsQueueTopic(filter) {
+			rec.Props = h.queues.SubscriptionProps(cl.ID, filter)
+		}
+		st.Subs = append(st.Subs, rec)
+	}
+	for _, pk := range cl.State.Inflight.GetAll(false) {
+		if pk.FixedHeader.Type != packets.Publish || pk.TopicName == "" || queue.IsQueueTopic(pk.TopicName) {
+			continue // an acknowledgement of the client's publish; a topic alias; a queue delivery
+		}
+		p := pk.Properties
+		st.Inflight = append(st.Inflight, storage.Message{
+			T: storage.InflightKey, Client: cl.ID, Origin: pk.Origin, PacketID: pk.PacketID, FixedHeader: pk.FixedHeader,
+			TopicName: pk.TopicName, Payload: pk.Payload, Created: pk.Created,
+			Properties: storage.MessageProperties{
+				PayloadFormat: p.PayloadFormat, PayloadFormatFlag: p.PayloadFormatFlag,
+				MessageExpiryInterval: p.MessageExpiryInterval, ContentType: p.ContentType,
+				ResponseTopic: p.ResponseTopic, CorrelationData: p.CorrelationData,
+				SubscriptionIdentifier: p.SubscriptionIdentifier, User: p.User,
+			},
+		})
+	}
+	return st
+}
+
+// endSession drops the session of cl here: it lives on another node.
+func (h *plainHook) endSession(cl *mqtt.Client) {
+	h.server.UnsubscribeClient(cl)
+	h.dropInterest(cl.ID, "")
+	cl.ClearInflights()
+	if cur, ok := h.server.Clients.Get(cl.ID); ok && cur == cl {
+		h.server.Clients.Delete(cl.ID)
+	}
+	h.sessions.drop("session taken over", cl.ID)
+	h.queues.ForgetSession(cl.ID)
+	h.mu.Lock()
+	delete(h.moved, cl)
+	delete(h.claims, cl)
+	h.mu.Unlock()
+}
+
+// encodePlainProps encodes the properties of a publish that other nodes
+// pass on (nil when there are none).
+func encodePlainProps(p packets.Properties) []byte {
+	if !p.PayloadFormatFlag && p.MessageExpiryInterval == 0 && p.ContentType == "" && p.ResponseTopic == "" &&
+		len(p.CorrelationData) == 0 && len(p.User) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(storage.MessageProperties{PayloadFormat: p.PayloadFormat, PayloadFormatFlag: p.PayloadFormatFlag,
+		MessageExpiryInterval: p.MessageExpiryInterval, ContentType: p.ContentType, ResponseTopic: p.ResponseTopic,
+		CorrelationData: p.CorrelationData, User: p.User})
+	return b
+}
+
+func decodePlainProps(b []byte) (packets.Properties, error) {
+	var mp storage.MessageProperties
+	if err := json.Unmarshal(b, &mp); err != nil {
+		return packets.Properties{}, fmt.Errorf("broker: routed publish properties: %w", err)
+	}
+	return packets.Properties{PayloadFormat: mp.PayloadFormat, PayloadFormatFlag: mp.PayloadFormatFlag,
+		MessageExpiryInterval: mp.MessageExpiryInterval, ContentType: mp.ContentType, ResponseTopic: mp.ResponseTopic,
+		CorrelationData: mp.CorrelationData, User: mp.User}, nil
+}
