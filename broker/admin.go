@@ -252,7 +252,7 @@ func (a *adminAPI) declare(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	q, created, err := a.b.manager.Declare(r.Context(), name, s.Options())
+	q, created, err := a.b.declare(r.Context(), name, s.Options())
 	if err != nil {
 		a.failErr(w, r, err)
 		return

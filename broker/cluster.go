@@ -145,3 +145,12 @@ func (b *Broker) declareInCluster() error {
 	}
 	return nil
 }
+
+// declare declares a queue's settings: in the cluster's catalog in a
+// cluster, on this node alone otherwise.
+func (b *Broker) declare(ctx context.Context, name string, o queue.Options) (*queue.Queue, bool, error) {
+	if b.node != nil {
+		return b.node.DeclareQueue(ctx, name, o)
+	}
+	return b.manager.Declare(ctx, name, o)
+}

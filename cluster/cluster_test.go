@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -526,5 +527,45 @@ func TestPlacement(t *testing.T) {
 	d.waitExit(t, 30*time.Second)
 	if d.cmd.ProcessState.ExitCode() == 0 || !strings.Contains(d.logTail(), "cluster.placement[0]") || !strings.Contains(d.logTail(), "zz") {
 		t.Errorf("a rule naming an unknown node: exit %d\n%s", d.cmd.ProcessState.ExitCode(), d.logTail())
+	}
+}
+
+// TestDeclareAcrossNodes: a queue declared through one node's admin API is
+// the cluster's: its partitions get owners, and every node applies its
+// settings.
+func TestDeclareAcrossNodes(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a")
+	b := c.start("b")
+	req, _ := http.NewRequest(http.MethodPut, "http://"+a.http+"/api/v1/queues/decl", strings.NewReader(`{"partitions":3,"ack_timeout":"7s"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("PUT: %d %s", resp.StatusCode, body)
+	}
+	c.waitOwned("decl", 3, 10*time.Second, "a", "b")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + b.http + "/api/v1/queues/decl")
+		if err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var q struct {
+				Settings struct {
+					AckTimeout string `json:"ack_timeout"`
+				} `json:"settings"`
+			}
+			if json.Unmarshal(body, &q) == nil && q.Settings.AckTimeout == "7s" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node b does not apply the declared settings: %s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

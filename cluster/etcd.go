@@ -51,6 +51,9 @@ type NodeInfo struct {
 // QueueInfo is a queue's entry in the catalog.
 type QueueInfo struct {
 	Partitions int `json:"partitions"`
+	// Declared holds the settings declared through the admin API, which
+	// every node applies; nil: each node's config decides.
+	Declared *queue.Options `json:"declared,omitempty"`
 }
 
 // Ownership records who owns a partition, under which epoch. Session is

@@ -96,9 +96,15 @@ func (n *Node) reconcile() {
 		if n.ctx.Err() != nil {
 			return
 		}
-		if _, err := n.m.Ensure(n.ctx, name, qi.Partitions); err != nil {
+		q, err := n.m.Ensure(n.ctx, name, qi.Partitions)
+		if err != nil {
 			n.log.Error("queue of the cluster's catalog", "queue", name, "err", err)
 			continue
+		}
+		if qi.Declared != nil && q.Options() != *qi.Declared {
+			if _, _, err := n.m.Declare(n.ctx, name, *qi.Declared); err != nil {
+				n.log.Error("settings of the cluster's catalog", "queue", name, "err", err)
+			}
 		}
 		allowed := n.allowed(name)
 		for p := 0; p < qi.Partitions; p++ {

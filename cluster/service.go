@@ -2,9 +2,12 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
 	"github.com/shardq/shardq/queue"
@@ -239,4 +242,45 @@ func (n *Node) Declare(ctx context.Context, name string) error {
 // SetAddrs sets the client addresses the node publishes, before Start.
 func (n *Node) SetAddrs(mqtt, http string) {
 	n.opts.MQTT, n.opts.HTTP = mqtt, http
+}
+
+// DeclareQueue declares a queue's settings for the whole cluster (the
+// admin API): recorded in the catalog, applied here at once and by every
+// node as it sees the change. A partition count that differs from the
+// cluster's is ErrPartitionsChanged. It reports whether the queue is new.
+func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (*queue.Queue, bool, error) {
+	if err := o.Validate(); err != nil {
+		return nil, false, err
+	}
+	key := n.keys.queue(name)
+	isNew := false
+	for {
+		resp, err := n.etcd.Get(ctx, key)
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: reading queue %q from the cluster: %v", queue.ErrNotOwned, name, err)
+		}
+		decl := o
+		info, _ := json.Marshal(QueueInfo{Partitions: o.Partitions, Declared: &decl})
+		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		if len(resp.Kvs) > 0 {
+			var have QueueInfo
+			_ = json.Unmarshal(resp.Kvs[0].Value, &have)
+			if have.Partitions != o.Partitions {
+				return nil, false, fmt.Errorf("%w: queue %q has %d partitions in the cluster, asked for %d",
+					queue.ErrPartitionsChanged, name, have.Partitions, o.Partitions)
+			}
+			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
+		}
+		tr, err := n.etcd.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(info))).Commit()
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
+		}
+		if tr.Succeeded {
+			isNew = len(resp.Kvs) == 0
+			break
+		}
+	}
+	q, _, err := n.m.Declare(ctx, name, o)
+	n.poke()
+	return q, isNew, err
 }
