@@ -20,6 +20,7 @@ import (
 	"github.com/shardq/shardq/hooks"
 	"github.com/shardq/shardq/queue"
 	"github.com/shardq/shardq/storage/badger"
+	"github.com/shardq/shardq/storage/raftlog"
 )
 
 // Broker is one shardq node: an MQTT server whose $queue/ topics are
@@ -55,6 +56,7 @@ type Broker struct {
 	health    health
 	disk      *diskWatch    // storage.min_free_bytes (disk.go)
 	node      *cluster.Node // nil on a single node (cluster.go)
+	raftLog   *raftlog.Store // the raft logs of replicated partitions; nil on a single node
 	plain     *plainHook    // ordinary MQTT across nodes (plain.go); nil on a single node
 	done      chan struct{}
 }
@@ -96,7 +98,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	bo := badger.DefaultOptions()
 	bo.Shards = cfg.Storage.Shards
 	bo.Logger = log
-	bo.AsyncWrites = anyAsync(cfg)
+	// A cluster node applies replicated writes unsynced (the raft log is
+	// synced) and syncs them every checkpoint.
+	bo.AsyncWrites = anyAsync(cfg) || cfg.Clustered()
 	store, err := badger.Open(cfg.DataDir, bo)
 	if err != nil {
 		return nil, err
@@ -414,6 +418,11 @@ func (b *Broker) closeStorage(ctx context.Context) error {
 	err := b.manager.Close(ctx)
 	if cerr := b.store.Close(); cerr != nil && err == nil {
 		err = cerr
+	}
+	if b.raftLog != nil {
+		if cerr := b.raftLog.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
 	}
 	return err
 }

@@ -6,11 +6,13 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/shardq/shardq/cluster"
 	"github.com/shardq/shardq/config"
 	"github.com/shardq/shardq/queue"
+	"github.com/shardq/shardq/storage/raftlog"
 )
 
 // newClusterNode returns the cluster node of a clustered config, not yet
@@ -46,7 +48,22 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 		}
 		o.TLS = t
 	}
-	return cluster.New(o)
+	rl, err := raftlog.Open(raftlog.Options{Dir: filepath.Join(cfg.DataDir, "raft"), Logger: b.log})
+	if err != nil {
+		return nil, fmt.Errorf("broker: opening the raft log: %w", err)
+	}
+	b.raftLog = rl
+	o.RaftStore = raftStore{rl}
+	o.QueueOptions = func(name string) queue.Options {
+		q, _ := cfg.QueueOptions(name)
+		return q
+	}
+	n, err := cluster.New(o)
+	if err != nil {
+		_ = rl.Close()
+		b.raftLog = nil
+	}
+	return n, err
 }
 
 // etcdTLS is the client TLS config of cluster.etcd.

@@ -540,11 +540,9 @@ func (h *plainHook) TakeOver(clientID, node string) ([]byte, bool) {
 		h.queues.ForgetSession(clientID)
 		return nil, false
 	}
-	data, err := json.Marshal(h.sessionOf(cl))
-	if err != nil {
-		h.log.Error("session taken over not encoded; the client starts anew", "client", clientID, "err", err)
-		data = nil
-	}
+	// The subscriptions before the connection ends (a session ending with
+	// it loses them then); the messages queued until it has ended.
+	st := h.sessionOf(cl)
 	done := make(chan struct{})
 	h.mu.Lock()
 	h.moved[cl] = done
@@ -559,7 +557,13 @@ func (h *plainHook) TakeOver(clientID, node string) ([]byte, bool) {
 			h.log.Warn("client taken over by another node still attached here", "client", clientID)
 		}
 	}
+	st.addInflight(cl)
 	h.endSession(cl)
+	data, err := json.Marshal(st)
+	if err != nil {
+		h.log.Error("session taken over not encoded; the client starts anew", "client", clientID, "err", err)
+		data = nil
+	}
 	h.log.Info("session taken over by another node", "client", clientID, "node", node)
 	return data, data != nil
 }
@@ -575,9 +579,18 @@ func (h *plainHook) sessionOf(cl *mqtt.Client) *movedSession {
 		}
 		st.Subs = append(st.Subs, rec)
 	}
+	st.addInflight(cl)
+	return st
+}
+
+// addInflight adds the undelivered messages of cl that st lacks.
+func (st *movedSession) addInflight(cl *mqtt.Client) {
 	for _, pk := range cl.State.Inflight.GetAll(false) {
 		if pk.FixedHeader.Type != packets.Publish || pk.TopicName == "" || queue.IsQueueTopic(pk.TopicName) {
 			continue // an acknowledgement of the client's publish; a topic alias; a queue delivery
+		}
+		if slices.ContainsFunc(st.Inflight, func(m storage.Message) bool { return m.PacketID == pk.PacketID }) {
+			continue
 		}
 		p := pk.Properties
 		st.Inflight = append(st.Inflight, storage.Message{
@@ -591,7 +604,6 @@ func (h *plainHook) sessionOf(cl *mqtt.Client) *movedSession {
 			},
 		})
 	}
-	return st
 }
 
 // endSession drops the session of cl here: it lives on another node.

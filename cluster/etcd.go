@@ -63,7 +63,10 @@ type Ownership struct {
 	Owner   string `json:"owner"`
 	Epoch   uint64 `json:"epoch"`
 	Session int64  `json:"session"`
-	rev     int64  // the key's mod revision
+	// Replicas are the nodes keeping a replicated partition, fixed when it
+	// is first claimed; empty for a partition with one replica.
+	Replicas []string `json:"replicas,omitempty"`
+	rev      int64    // the key's mod revision
 }
 
 // view is the node's copy of the cluster's keys, kept by the watch.
@@ -450,8 +453,22 @@ func (n *Node) claim(ctx context.Context, id queue.PartitionID, prev *Ownership,
 	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	if prev != nil {
 		next.Epoch = prev.Epoch + 1
+		next.Replicas = prev.Replicas
 		cmp = clientv3.Compare(clientv3.ModRevision(key), "=", prev.rev)
 	}
+	return n.writeOwnership(ctx, id, cmp, next)
+}
+
+// createReplicated records a new replicated partition: its replicas, no
+// owner yet (the raft leader claims it), if it has no record.
+func (n *Node) createReplicated(ctx context.Context, id queue.PartitionID, replicas []string) error {
+	key := n.keys.owner(id)
+	_, _, err := n.writeOwnership(ctx, id, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), Ownership{Replicas: replicas})
+	return err
+}
+
+func (n *Node) writeOwnership(ctx context.Context, id queue.PartitionID, cmp clientv3.Cmp, next Ownership) (Ownership, bool, error) {
+	key := n.keys.owner(id)
 	v, _ := json.Marshal(next)
 	resp, err := n.etcd.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(v))).Commit()
 	if err != nil {

@@ -18,6 +18,10 @@ type Metrics struct {
 	claims   prometheus.Counter
 	routed   prometheus.Counter
 	remote   prometheus.Counter
+	// Replication.
+	elections prometheus.Counter
+	lag       *prometheus.GaugeVec
+	proposals prometheus.Histogram
 }
 
 // NewMetrics returns the cluster's metrics, registered on reg when it is
@@ -42,9 +46,16 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 			Help: "Plain MQTT publishes sent to other nodes' subscribers.", ConstLabels: l}),
 		remote: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_remote_deliveries_total",
 			Help: "Queue deliveries sent to consumers connected to other nodes.", ConstLabels: l}),
+		elections: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_leader_changes_total",
+			Help: "Times this node became or stopped being the raft leader of a partition.", ConstLabels: l}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardq_cluster_replication_lag_entries",
+			Help: "Raft entries each replica lacks of the partitions this node leads.", ConstLabels: l}, []string{"queue", "partition", "replica"}),
+		proposals: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardq_cluster_proposal_seconds",
+			Help: "Time from proposing a partition's write to raft to storing it committed.", ConstLabels: l,
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote} {
+		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.elections, m.lag, m.proposals} {
 			reg.MustRegister(c)
 		}
 	}

@@ -55,6 +55,12 @@ type Options struct {
 	Admin func(ctx context.Context, method, path string, body []byte) (int, []byte)
 	// Metrics, when set, is told about forwards and moves.
 	Metrics *Metrics
+	// RaftStore, when set, keeps the raft logs of replicated partitions;
+	// without it every partition has one replica.
+	RaftStore RaftStore
+	// QueueOptions returns the settings the config gives a queue (its
+	// replication factor decides whether its partitions are replicated).
+	QueueOptions func(name string) queue.Options
 }
 
 // Node is this node's part of a cluster: its membership in etcd, the
@@ -71,6 +77,7 @@ type Node struct {
 	addr string // the address peers dial
 
 	guard guard
+	raft  *raftHost // nil without a RaftStore
 
 	mu      sync.Mutex
 	view    view
@@ -125,8 +132,38 @@ func New(o Options) (*Node, error) {
 		peers: map[string]*peer{}, moving: map[queue.PartitionID]bool{}, subs: map[*remoteSub]struct{}{}, watched: map[*queue.Credit]bool{},
 		changed: make(chan struct{}, 1), notify: make(chan struct{}), view: newView()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if o.RaftStore != nil {
+		n.raft = newRaftHost(n, o.RaftStore)
+	}
 	return n, nil
 }
+
+// replicationFactor returns the replication factor of the named queue's
+// partitions: the catalog's declared setting, else the config's; 0
+// there means 3 in a cluster. It is 1 without a raft store.
+func (n *Node) replicationFactor(name string) int {
+	if n.raft == nil {
+		return 1
+	}
+	name = queue.ParentName(name)
+	rf := 0
+	n.mu.Lock()
+	if qi, ok := n.view.queues[name]; ok && qi.Declared != nil {
+		rf = qi.Declared.ReplicationFactor
+	}
+	n.mu.Unlock()
+	if rf == 0 && n.opts.QueueOptions != nil {
+		rf = n.opts.QueueOptions(name).ReplicationFactor
+	}
+	if rf == 0 {
+		rf = DefaultReplicationFactor
+	}
+	return rf
+}
+
+// DefaultReplicationFactor is the replication factor of a queue in a
+// cluster that sets none.
+const DefaultReplicationFactor = 3
 
 // ManagerOptions sets what a cluster needs of the queue manager: the
 // node decides which partitions it serves, and hears of new queues.
@@ -197,6 +234,13 @@ func (n *Node) Start(ctx context.Context, m *queue.Manager) error {
 	n.wg.Add(2)
 	go n.watch()
 	go n.reconcileLoop()
+	if n.raft != nil {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.raft.run(n.ctx)
+		}()
+	}
 	return nil
 }
 
@@ -242,7 +286,12 @@ func (n *Node) Ready() error {
 // have lost its membership: a node paused or cut off from etcd longer than
 // its lease cannot make a write, or an acknowledgement, after another node
 // took its partitions over.
-func (n *Node) Guard(s queue.LogStore) queue.LogStore { return &guardedStore{s: s, g: &n.guard} }
+func (n *Node) Guard(s queue.LogStore) queue.LogStore {
+	if n.raft != nil {
+		s = &raftStore{s: s, h: n.raft, replicated: func(name string) bool { return n.replicationFactor(name) > 1 }}
+	}
+	return &guardedStore{s: s, g: &n.guard}
+}
 
 // poke asks the reconcile loop to run.
 func (n *Node) poke() {

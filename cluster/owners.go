@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"path"
+	"strings"
 	"slices"
 	"time"
 
@@ -107,6 +108,7 @@ func (n *Node) reconcile() {
 			}
 		}
 		allowed := n.allowed(name)
+		rf := n.replicationFactor(name)
 		for p := 0; p < qi.Partitions; p++ {
 			id := queue.PartitionID{Queue: name, Partition: p}
 			n.mu.Lock()
@@ -115,6 +117,10 @@ func (n *Node) reconcile() {
 			moving := n.moving[id]
 			n.mu.Unlock()
 			if moving {
+				continue
+			}
+			if rf > 1 {
+				n.reconcileReplicated(id, rec, has, target, allowed, rf)
 				continue
 			}
 			switch {
@@ -326,4 +332,87 @@ func (n *Node) handover(id queue.PartitionID, rec Ownership, target string) erro
 		}
 	}
 	return nil
+}
+
+// reconcileReplicated: a replicated partition is created by the node that
+// wins it, with the live nodes that score highest as its replicas; each
+// replica runs its raft group; the raft leader, once it stores every
+// committed entry, claims the partition with the next epoch and serves it;
+// any other replica stops serving it.
+func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool, target string, allowed []string, rf int) {
+	self := n.opts.NodeID
+	if !has {
+		if target != self {
+			return
+		}
+		n.mu.Lock()
+		replicas := n.view.top(id, allowed, rf)
+		n.mu.Unlock()
+		if err := n.createReplicated(n.ctx, id, replicas); err != nil {
+			n.log.Warn("creating a replicated partition", "partition", id.String(), "err", err)
+		}
+		return
+	}
+	if !slices.Contains(rec.Replicas, self) {
+		n.dropIfServed(id, rec)
+		return
+	}
+	g, err := n.raft.ensureGroup(id, rec.Replicas)
+	if err != nil {
+		n.log.Error("starting a partition's raft group", "partition", id.String(), "err", err)
+		return
+	}
+	n.mu.Lock()
+	session, leaving := int64(n.session), n.view.leaving
+	n.mu.Unlock()
+	if !g.isLeader.Load() || !g.caughtUp.Load() || leaving {
+		if g.isLeader.Load() && leaving {
+			n.raft.transferLeadership(n.liveNode)
+		}
+		for _, x := range pair(id) {
+			if _, owned := n.m.Owned(x); owned {
+				ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+				_ = n.m.Release(ctx, x)
+				cancel()
+				n.Metrics().setOwned(id, rec.Epoch, false)
+				n.ownershipChanged()
+			}
+		}
+		return
+	}
+	if rec.Owner != self || rec.Session != session {
+		o, ok, err := n.claim(n.ctx, id, &rec, self, session)
+		if err != nil || !ok {
+			if err != nil {
+				n.log.Warn("claiming a partition this node leads", "partition", id.String(), "err", err)
+			}
+			return
+		}
+		rec = o
+	}
+	if epoch, owned := n.m.Owned(id); !owned || epoch != rec.Epoch {
+		n.acquire(id, rec.Epoch)
+	}
+}
+
+// top returns the live nodes placement allows with the highest
+// rendezvous scores for id, at most k, the best first.
+func (v *view) top(id queue.PartitionID, allowed []string, k int) []string {
+	var nodes []string
+	for node := range v.nodes {
+		if allowed == nil || slices.Contains(allowed, node) {
+			nodes = append(nodes, node)
+		}
+	}
+	slices.SortFunc(nodes, func(a, b string) int {
+		sa, sb := score(a, id), score(b, id)
+		switch {
+		case sa > sb:
+			return -1
+		case sa < sb:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return nodes[:min(k, len(nodes))]
 }

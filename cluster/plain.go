@@ -487,23 +487,22 @@ func (n *Node) SetInterest(filters []string) {
 // nodes: to each node with a plain subscriber of the topic, to one node
 // with members of each shared subscription not served here (local names
 // those this node served), and, when retained, to every node. It does not
-// wait.
+// wait. A node's filters go with its lease, so a node is a target for as
+// long as it holds it (a node leaving still serves its clients).
 func (n *Node) RoutePlain(m PlainMessage, local []string) {
-	var mt matches
+	var (
+		mt      matches
+		members []string
+	)
+	self := n.opts.NodeID
 	n.mu.Lock()
 	n.view.plain.match(m.Topic, &mt)
-	var live []string
-	for id := range n.view.nodes {
-		if id != n.opts.NodeID {
-			live = append(live, id)
+	if m.Retain {
+		for id := range n.view.nodes {
+			members = append(members, id)
 		}
 	}
 	n.mu.Unlock()
-	if len(live) == 0 {
-		return
-	}
-	slices.Sort(live)
-	isLive := func(id string) bool { _, ok := slices.BinarySearch(live, id); return ok }
 
 	type target struct {
 		sharedOnly bool
@@ -511,7 +510,7 @@ func (n *Node) RoutePlain(m PlainMessage, local []string) {
 	}
 	targets := map[string]*target{}
 	for id := range mt.nodes {
-		if isLive(id) {
+		if id != self {
 			targets[id] = &target{}
 		}
 	}
@@ -520,9 +519,9 @@ func (n *Node) RoutePlain(m PlainMessage, local []string) {
 		if slices.Contains(local, g) {
 			continue
 		}
-		var candidates []string
+		candidates := make([]string, 0, len(ids))
 		for id := range ids {
-			if isLive(id) {
+			if id != self {
 				candidates = append(candidates, id)
 			}
 		}
@@ -542,11 +541,9 @@ func (n *Node) RoutePlain(m PlainMessage, local []string) {
 		}
 		t.groups = append(t.groups, g)
 	}
-	if m.Retain {
-		for _, id := range live {
-			if targets[id] == nil {
-				targets[id] = &target{sharedOnly: true}
-			}
+	for _, id := range members {
+		if id != self && targets[id] == nil {
+			targets[id] = &target{sharedOnly: true}
 		}
 	}
 	for id, t := range targets {

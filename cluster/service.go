@@ -134,7 +134,7 @@ func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Messa
 			}
 			done(err)
 		})
-	case owner != "" && owner != n.opts.NodeID:
+	case owner != "" && owner != n.opts.NodeID && n.replicationFactor(id.Queue) <= 1:
 		// Its owner is down: with one replica, nobody else has its
 		// messages, so nobody else may append to it.
 		done(fmt.Errorf("%w: %s: its owner %s is down", queue.ErrNotOwned, id, owner))

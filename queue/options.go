@@ -39,6 +39,21 @@ const (
 	OverflowDropOldest Overflow = "drop-oldest"
 )
 
+// AckPolicy says when a publish to a replicated queue is acknowledged.
+type AckPolicy string
+
+const (
+	// AckQuorum acknowledges once a majority of the partition's replicas
+	// have the message on disk.
+	AckQuorum AckPolicy = "quorum"
+	// AckLeader acknowledges once the partition's owner has it on disk; a
+	// failover may lose the newest acknowledged messages.
+	AckLeader AckPolicy = "leader"
+)
+
+// MaxReplicationFactor bounds replication_factor.
+const MaxReplicationFactor = 5
+
 // Options are the settings of one queue.
 type Options struct {
 	// Usually set.
@@ -59,6 +74,13 @@ type Options struct {
 	RetryBackoff    time.Duration `yaml:"retry_backoff" json:"retry_backoff"`
 	RetryBackoffMax time.Duration `yaml:"retry_backoff_max" json:"retry_backoff_max"`
 	DedupWindow     time.Duration `yaml:"dedup_window" json:"dedup_window"`
+
+	// Replication (a cluster). ReplicationFactor is how many nodes keep
+	// each partition (1 to 5; 0 means the default: 1 on a single node, 3
+	// in a cluster); AckPolicy when a publish is acknowledged ("" means
+	// quorum).
+	ReplicationFactor int       `yaml:"replication_factor" json:"replication_factor"`
+	AckPolicy         AckPolicy `yaml:"ack_policy" json:"ack_policy"`
 }
 
 // DefaultOptions returns the settings of SPEC section 8.
@@ -110,6 +132,10 @@ func (o Options) Validate() error {
 		return &FieldError{"retry_backoff_max", fmt.Sprintf("must be at least retry_backoff (%s), got %s", o.RetryBackoff, o.RetryBackoffMax)}
 	case o.DedupWindow < 0:
 		return &FieldError{"dedup_window", "must not be negative"}
+	case o.ReplicationFactor < 0 || o.ReplicationFactor > MaxReplicationFactor:
+		return &FieldError{"replication_factor", fmt.Sprintf("must be between 1 and %d, got %d", MaxReplicationFactor, o.ReplicationFactor)}
+	case o.AckPolicy != "" && o.AckPolicy != AckQuorum && o.AckPolicy != AckLeader:
+		return &FieldError{"ack_policy", fmt.Sprintf("must be quorum or leader, got %q", o.AckPolicy)}
 	}
 	return nil
 }

@@ -1880,6 +1880,617 @@ func (x *AdminResponse) GetBody() []byte {
 	return nil
 }
 
+// RaftMessage is one raft message of a partition's group.
+type RaftMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Message       []byte                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"` // raftpb.Message
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftMessage) Reset() {
+	*x = RaftMessage{}
+	mi := &file_cluster_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftMessage) ProtoMessage() {}
+
+func (x *RaftMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
+func (*RaftMessage) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RaftMessage) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *RaftMessage) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+type RaftBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      []*RaftMessage         `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftBatch) Reset() {
+	*x = RaftBatch{}
+	mi := &file_cluster_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftBatch) ProtoMessage() {}
+
+func (x *RaftBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
+func (*RaftBatch) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RaftBatch) GetMessages() []*RaftMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type RaftResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftResponse) Reset() {
+	*x = RaftResponse{}
+	mi := &file_cluster_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftResponse) ProtoMessage() {}
+
+func (x *RaftResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftResponse.ProtoReflect.Descriptor instead.
+func (*RaftResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{29}
+}
+
+// The writes of a partition a raft entry carries: what the queue asked its
+// log to append, applied by every replica in log order.
+type RangeDelete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	From          uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint64                 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RangeDelete) Reset() {
+	*x = RangeDelete{}
+	mi := &file_cluster_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RangeDelete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RangeDelete) ProtoMessage() {}
+
+func (x *RangeDelete) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RangeDelete.ProtoReflect.Descriptor instead.
+func (*RangeDelete) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RangeDelete) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *RangeDelete) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *RangeDelete) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+type FloorWrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Floor         uint64                 `protobuf:"varint,2,opt,name=floor,proto3" json:"floor,omitempty"`
+	Delivered     uint64                 `protobuf:"varint,3,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FloorWrite) Reset() {
+	*x = FloorWrite{}
+	mi := &file_cluster_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FloorWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FloorWrite) ProtoMessage() {}
+
+func (x *FloorWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FloorWrite.ProtoReflect.Descriptor instead.
+func (*FloorWrite) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *FloorWrite) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *FloorWrite) GetFloor() uint64 {
+	if x != nil {
+		return x.Floor
+	}
+	return 0
+}
+
+func (x *FloorWrite) GetDelivered() uint64 {
+	if x != nil {
+		return x.Delivered
+	}
+	return 0
+}
+
+type SettleMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Set           bool                   `protobuf:"varint,3,opt,name=set,proto3" json:"set,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleMark) Reset() {
+	*x = SettleMark{}
+	mi := &file_cluster_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleMark) ProtoMessage() {}
+
+func (x *SettleMark) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleMark.ProtoReflect.Descriptor instead.
+func (*SettleMark) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SettleMark) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *SettleMark) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *SettleMark) GetSet() bool {
+	if x != nil {
+		return x.Set
+	}
+	return false
+}
+
+type DeliveryMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Count         uint32                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveryMark) Reset() {
+	*x = DeliveryMark{}
+	mi := &file_cluster_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryMark) ProtoMessage() {}
+
+func (x *DeliveryMark) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryMark.ProtoReflect.Descriptor instead.
+func (*DeliveryMark) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *DeliveryMark) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *DeliveryMark) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *DeliveryMark) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type DedupMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	At            int64                  `protobuf:"varint,2,opt,name=at,proto3" json:"at,omitempty"` // unix nanoseconds, 0: forget
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DedupMark) Reset() {
+	*x = DedupMark{}
+	mi := &file_cluster_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DedupMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DedupMark) ProtoMessage() {}
+
+func (x *DedupMark) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DedupMark.ProtoReflect.Descriptor instead.
+func (*DedupMark) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DedupMark) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DedupMark) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+type LogWrite struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"` // the partition's queue (a dead-letter queue's own name)
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Message       *Message               `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Appends       []*Message             `protobuf:"bytes,4,rep,name=appends,proto3" json:"appends,omitempty"`
+	Deletes       []*RangeDelete         `protobuf:"bytes,5,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	Floors        []*FloorWrite          `protobuf:"bytes,6,rep,name=floors,proto3" json:"floors,omitempty"`
+	Marks         []*SettleMark          `protobuf:"bytes,7,rep,name=marks,proto3" json:"marks,omitempty"`
+	Deliveries    []*DeliveryMark        `protobuf:"bytes,8,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	DropGroups    []string               `protobuf:"bytes,9,rep,name=drop_groups,json=dropGroups,proto3" json:"drop_groups,omitempty"`
+	Dedups        []*DedupMark           `protobuf:"bytes,10,rep,name=dedups,proto3" json:"dedups,omitempty"`
+	Erase         bool                   `protobuf:"varint,11,opt,name=erase,proto3" json:"erase,omitempty"`
+	Id            uint64                 `protobuf:"varint,12,opt,name=id,proto3" json:"id,omitempty"` // the proposer's number for it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogWrite) Reset() {
+	*x = LogWrite{}
+	mi := &file_cluster_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogWrite) ProtoMessage() {}
+
+func (x *LogWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogWrite.ProtoReflect.Descriptor instead.
+func (*LogWrite) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *LogWrite) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *LogWrite) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *LogWrite) GetMessage() *Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *LogWrite) GetAppends() []*Message {
+	if x != nil {
+		return x.Appends
+	}
+	return nil
+}
+
+func (x *LogWrite) GetDeletes() []*RangeDelete {
+	if x != nil {
+		return x.Deletes
+	}
+	return nil
+}
+
+func (x *LogWrite) GetFloors() []*FloorWrite {
+	if x != nil {
+		return x.Floors
+	}
+	return nil
+}
+
+func (x *LogWrite) GetMarks() []*SettleMark {
+	if x != nil {
+		return x.Marks
+	}
+	return nil
+}
+
+func (x *LogWrite) GetDeliveries() []*DeliveryMark {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
+func (x *LogWrite) GetDropGroups() []string {
+	if x != nil {
+		return x.DropGroups
+	}
+	return nil
+}
+
+func (x *LogWrite) GetDedups() []*DedupMark {
+	if x != nil {
+		return x.Dedups
+	}
+	return nil
+}
+
+func (x *LogWrite) GetErase() bool {
+	if x != nil {
+		return x.Erase
+	}
+	return false
+}
+
+func (x *LogWrite) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type RaftEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Proposer      string                 `protobuf:"bytes,1,opt,name=proposer,proto3" json:"proposer,omitempty"`
+	Writes        []*LogWrite            `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftEntry) Reset() {
+	*x = RaftEntry{}
+	mi := &file_cluster_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftEntry) ProtoMessage() {}
+
+func (x *RaftEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftEntry.ProtoReflect.Descriptor instead.
+func (*RaftEntry) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RaftEntry) GetProposer() string {
+	if x != nil {
+		return x.Proposer
+	}
+	return ""
+}
+
+func (x *RaftEntry) GetWrites() []*LogWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -2030,7 +2641,54 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04body\x18\x03 \x01(\fR\x04body\";\n" +
 	"\rAdminResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x12\n" +
-	"\x04body\x18\x02 \x01(\fR\x04body*\xc8\x01\n" +
+	"\x04body\x18\x02 \x01(\fR\x04body\"=\n" +
+	"\vRaftMessage\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\"G\n" +
+	"\tRaftBatch\x12:\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1e.shardq.cluster.v1.RaftMessageR\bmessages\"\x0e\n" +
+	"\fRaftResponse\"O\n" +
+	"\vRangeDelete\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x04R\x02to\"V\n" +
+	"\n" +
+	"FloorWrite\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05floor\x18\x02 \x01(\x04R\x05floor\x12\x1c\n" +
+	"\tdelivered\x18\x03 \x01(\x04R\tdelivered\"L\n" +
+	"\n" +
+	"SettleMark\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x10\n" +
+	"\x03set\x18\x03 \x01(\bR\x03set\"R\n" +
+	"\fDeliveryMark\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\"+\n" +
+	"\tDedupMark\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\x03R\x02at\"\x86\x04\n" +
+	"\bLogWrite\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x124\n" +
+	"\amessage\x18\x03 \x01(\v2\x1a.shardq.cluster.v1.MessageR\amessage\x124\n" +
+	"\aappends\x18\x04 \x03(\v2\x1a.shardq.cluster.v1.MessageR\aappends\x128\n" +
+	"\adeletes\x18\x05 \x03(\v2\x1e.shardq.cluster.v1.RangeDeleteR\adeletes\x125\n" +
+	"\x06floors\x18\x06 \x03(\v2\x1d.shardq.cluster.v1.FloorWriteR\x06floors\x123\n" +
+	"\x05marks\x18\a \x03(\v2\x1d.shardq.cluster.v1.SettleMarkR\x05marks\x12?\n" +
+	"\n" +
+	"deliveries\x18\b \x03(\v2\x1f.shardq.cluster.v1.DeliveryMarkR\n" +
+	"deliveries\x12\x1f\n" +
+	"\vdrop_groups\x18\t \x03(\tR\n" +
+	"dropGroups\x124\n" +
+	"\x06dedups\x18\n" +
+	" \x03(\v2\x1c.shardq.cluster.v1.DedupMarkR\x06dedups\x12\x14\n" +
+	"\x05erase\x18\v \x01(\bR\x05erase\x12\x0e\n" +
+	"\x02id\x18\f \x01(\x04R\x02id\"\\\n" +
+	"\tRaftEntry\x12\x1a\n" +
+	"\bproposer\x18\x01 \x01(\tR\bproposer\x123\n" +
+	"\x06writes\x18\x02 \x03(\v2\x1b.shardq.cluster.v1.LogWriteR\x06writes*\xc8\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tNOT_OWNED\x10\x01\x12\n" +
@@ -2057,7 +2715,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06REJECT\x10\x02\x12\f\n" +
 	"\bRECEIVED\x10\x03\x12\n" +
 	"\n" +
-	"\x06EXTEND\x10\x042\x81\x05\n" +
+	"\x06EXTEND\x10\x042\xca\x05\n" +
 	"\x04Node\x12Q\n" +
 	"\aPublish\x12\x1f.shardq.cluster.v1.PublishBatch\x1a!.shardq.cluster.v1.PublishResults(\x010\x01\x12K\n" +
 	"\aConsume\x12\x1c.shardq.cluster.v1.ConsumeUp\x1a\x1e.shardq.cluster.v1.ConsumeDown(\x010\x01\x12M\n" +
@@ -2066,7 +2724,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06Import\x12\x1e.shardq.cluster.v1.ImportChunk\x1a!.shardq.cluster.v1.ImportResponse(\x01\x12J\n" +
 	"\x05Route\x12\x1d.shardq.cluster.v1.RouteBatch\x1a .shardq.cluster.v1.RouteResponse(\x01\x12S\n" +
 	"\bTakeover\x12\".shardq.cluster.v1.TakeoverRequest\x1a#.shardq.cluster.v1.TakeoverResponse\x12J\n" +
-	"\x05Admin\x12\x1f.shardq.cluster.v1.AdminRequest\x1a .shardq.cluster.v1.AdminResponseB,Z*github.com/shardq/shardq/cluster/clusterpbb\x06proto3"
+	"\x05Admin\x12\x1f.shardq.cluster.v1.AdminRequest\x1a .shardq.cluster.v1.AdminResponse\x12G\n" +
+	"\x04Raft\x12\x1c.shardq.cluster.v1.RaftBatch\x1a\x1f.shardq.cluster.v1.RaftResponse(\x01B,Z*github.com/shardq/shardq/cluster/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -2081,7 +2740,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_cluster_proto_goTypes = []any{
 	(Code)(0),                // 0: shardq.cluster.v1.Code
 	(SettleOp)(0),            // 1: shardq.cluster.v1.SettleOp
@@ -2112,8 +2771,18 @@ var file_cluster_proto_goTypes = []any{
 	(*TakeoverResponse)(nil), // 26: shardq.cluster.v1.TakeoverResponse
 	(*AdminRequest)(nil),     // 27: shardq.cluster.v1.AdminRequest
 	(*AdminResponse)(nil),    // 28: shardq.cluster.v1.AdminResponse
-	nil,                      // 29: shardq.cluster.v1.GroupState.DeliveriesEntry
-	nil,                      // 30: shardq.cluster.v1.PartitionState.DedupsEntry
+	(*RaftMessage)(nil),      // 29: shardq.cluster.v1.RaftMessage
+	(*RaftBatch)(nil),        // 30: shardq.cluster.v1.RaftBatch
+	(*RaftResponse)(nil),     // 31: shardq.cluster.v1.RaftResponse
+	(*RangeDelete)(nil),      // 32: shardq.cluster.v1.RangeDelete
+	(*FloorWrite)(nil),       // 33: shardq.cluster.v1.FloorWrite
+	(*SettleMark)(nil),       // 34: shardq.cluster.v1.SettleMark
+	(*DeliveryMark)(nil),     // 35: shardq.cluster.v1.DeliveryMark
+	(*DedupMark)(nil),        // 36: shardq.cluster.v1.DedupMark
+	(*LogWrite)(nil),         // 37: shardq.cluster.v1.LogWrite
+	(*RaftEntry)(nil),        // 38: shardq.cluster.v1.RaftEntry
+	nil,                      // 39: shardq.cluster.v1.GroupState.DeliveriesEntry
+	nil,                      // 40: shardq.cluster.v1.PartitionState.DedupsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	2,  // 0: shardq.cluster.v1.Message.user:type_name -> shardq.cluster.v1.Property
@@ -2131,35 +2800,46 @@ var file_cluster_proto_depIdxs = []int32{
 	1,  // 12: shardq.cluster.v1.SettleRequest.op:type_name -> shardq.cluster.v1.SettleOp
 	14, // 13: shardq.cluster.v1.SettleBatch.settles:type_name -> shardq.cluster.v1.SettleRequest
 	7,  // 14: shardq.cluster.v1.SettleResponse.result:type_name -> shardq.cluster.v1.Result
-	29, // 15: shardq.cluster.v1.GroupState.deliveries:type_name -> shardq.cluster.v1.GroupState.DeliveriesEntry
+	39, // 15: shardq.cluster.v1.GroupState.deliveries:type_name -> shardq.cluster.v1.GroupState.DeliveriesEntry
 	18, // 16: shardq.cluster.v1.PartitionState.groups:type_name -> shardq.cluster.v1.GroupState
-	30, // 17: shardq.cluster.v1.PartitionState.dedups:type_name -> shardq.cluster.v1.PartitionState.DedupsEntry
+	40, // 17: shardq.cluster.v1.PartitionState.dedups:type_name -> shardq.cluster.v1.PartitionState.DedupsEntry
 	17, // 18: shardq.cluster.v1.ImportChunk.partition:type_name -> shardq.cluster.v1.PartitionID
 	19, // 19: shardq.cluster.v1.ImportChunk.state:type_name -> shardq.cluster.v1.PartitionState
 	4,  // 20: shardq.cluster.v1.ImportChunk.messages:type_name -> shardq.cluster.v1.Message
 	7,  // 21: shardq.cluster.v1.ImportResponse.result:type_name -> shardq.cluster.v1.Result
 	22, // 22: shardq.cluster.v1.RouteBatch.publishes:type_name -> shardq.cluster.v1.RoutedPublish
-	6,  // 23: shardq.cluster.v1.Node.Publish:input_type -> shardq.cluster.v1.PublishBatch
-	11, // 24: shardq.cluster.v1.Node.Consume:input_type -> shardq.cluster.v1.ConsumeUp
-	14, // 25: shardq.cluster.v1.Node.Settle:input_type -> shardq.cluster.v1.SettleRequest
-	15, // 26: shardq.cluster.v1.Node.Settles:input_type -> shardq.cluster.v1.SettleBatch
-	20, // 27: shardq.cluster.v1.Node.Import:input_type -> shardq.cluster.v1.ImportChunk
-	23, // 28: shardq.cluster.v1.Node.Route:input_type -> shardq.cluster.v1.RouteBatch
-	25, // 29: shardq.cluster.v1.Node.Takeover:input_type -> shardq.cluster.v1.TakeoverRequest
-	27, // 30: shardq.cluster.v1.Node.Admin:input_type -> shardq.cluster.v1.AdminRequest
-	8,  // 31: shardq.cluster.v1.Node.Publish:output_type -> shardq.cluster.v1.PublishResults
-	13, // 32: shardq.cluster.v1.Node.Consume:output_type -> shardq.cluster.v1.ConsumeDown
-	16, // 33: shardq.cluster.v1.Node.Settle:output_type -> shardq.cluster.v1.SettleResponse
-	16, // 34: shardq.cluster.v1.Node.Settles:output_type -> shardq.cluster.v1.SettleResponse
-	21, // 35: shardq.cluster.v1.Node.Import:output_type -> shardq.cluster.v1.ImportResponse
-	24, // 36: shardq.cluster.v1.Node.Route:output_type -> shardq.cluster.v1.RouteResponse
-	26, // 37: shardq.cluster.v1.Node.Takeover:output_type -> shardq.cluster.v1.TakeoverResponse
-	28, // 38: shardq.cluster.v1.Node.Admin:output_type -> shardq.cluster.v1.AdminResponse
-	31, // [31:39] is the sub-list for method output_type
-	23, // [23:31] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	29, // 23: shardq.cluster.v1.RaftBatch.messages:type_name -> shardq.cluster.v1.RaftMessage
+	4,  // 24: shardq.cluster.v1.LogWrite.message:type_name -> shardq.cluster.v1.Message
+	4,  // 25: shardq.cluster.v1.LogWrite.appends:type_name -> shardq.cluster.v1.Message
+	32, // 26: shardq.cluster.v1.LogWrite.deletes:type_name -> shardq.cluster.v1.RangeDelete
+	33, // 27: shardq.cluster.v1.LogWrite.floors:type_name -> shardq.cluster.v1.FloorWrite
+	34, // 28: shardq.cluster.v1.LogWrite.marks:type_name -> shardq.cluster.v1.SettleMark
+	35, // 29: shardq.cluster.v1.LogWrite.deliveries:type_name -> shardq.cluster.v1.DeliveryMark
+	36, // 30: shardq.cluster.v1.LogWrite.dedups:type_name -> shardq.cluster.v1.DedupMark
+	37, // 31: shardq.cluster.v1.RaftEntry.writes:type_name -> shardq.cluster.v1.LogWrite
+	6,  // 32: shardq.cluster.v1.Node.Publish:input_type -> shardq.cluster.v1.PublishBatch
+	11, // 33: shardq.cluster.v1.Node.Consume:input_type -> shardq.cluster.v1.ConsumeUp
+	14, // 34: shardq.cluster.v1.Node.Settle:input_type -> shardq.cluster.v1.SettleRequest
+	15, // 35: shardq.cluster.v1.Node.Settles:input_type -> shardq.cluster.v1.SettleBatch
+	20, // 36: shardq.cluster.v1.Node.Import:input_type -> shardq.cluster.v1.ImportChunk
+	23, // 37: shardq.cluster.v1.Node.Route:input_type -> shardq.cluster.v1.RouteBatch
+	25, // 38: shardq.cluster.v1.Node.Takeover:input_type -> shardq.cluster.v1.TakeoverRequest
+	27, // 39: shardq.cluster.v1.Node.Admin:input_type -> shardq.cluster.v1.AdminRequest
+	30, // 40: shardq.cluster.v1.Node.Raft:input_type -> shardq.cluster.v1.RaftBatch
+	8,  // 41: shardq.cluster.v1.Node.Publish:output_type -> shardq.cluster.v1.PublishResults
+	13, // 42: shardq.cluster.v1.Node.Consume:output_type -> shardq.cluster.v1.ConsumeDown
+	16, // 43: shardq.cluster.v1.Node.Settle:output_type -> shardq.cluster.v1.SettleResponse
+	16, // 44: shardq.cluster.v1.Node.Settles:output_type -> shardq.cluster.v1.SettleResponse
+	21, // 45: shardq.cluster.v1.Node.Import:output_type -> shardq.cluster.v1.ImportResponse
+	24, // 46: shardq.cluster.v1.Node.Route:output_type -> shardq.cluster.v1.RouteResponse
+	26, // 47: shardq.cluster.v1.Node.Takeover:output_type -> shardq.cluster.v1.TakeoverResponse
+	28, // 48: shardq.cluster.v1.Node.Admin:output_type -> shardq.cluster.v1.AdminResponse
+	31, // 49: shardq.cluster.v1.Node.Raft:output_type -> shardq.cluster.v1.RaftResponse
+	41, // [41:50] is the sub-list for method output_type
+	32, // [32:41] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -2173,7 +2853,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Node_Route_FullMethodName    = "/shardq.cluster.v1.Node/Route"
 	Node_Takeover_FullMethodName = "/shardq.cluster.v1.Node/Takeover"
 	Node_Admin_FullMethodName    = "/shardq.cluster.v1.Node/Admin"
+	Node_Raft_FullMethodName     = "/shardq.cluster.v1.Node/Raft"
 )
 
 // NodeClient is the client API for Node service.
@@ -61,6 +62,9 @@ type NodeClient interface {
 	Takeover(ctx context.Context, in *TakeoverRequest, opts ...grpc.CallOption) (*TakeoverResponse, error)
 	// Admin answers a read of the admin API with the server's own view.
 	Admin(ctx context.Context, in *AdminRequest, opts ...grpc.CallOption) (*AdminResponse, error)
+	// Raft carries the raft messages of every replicated partition from the
+	// caller to the server.
+	Raft(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftResponse], error)
 }
 
 type nodeClient struct {
@@ -166,6 +170,19 @@ func (c *nodeClient) Admin(ctx context.Context, in *AdminRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *nodeClient) Raft(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Node_ServiceDesc.Streams[5], Node_Raft_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RaftBatch, RaftResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_RaftClient = grpc.ClientStreamingClient[RaftBatch, RaftResponse]
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -194,6 +211,9 @@ type NodeServer interface {
 	Takeover(context.Context, *TakeoverRequest) (*TakeoverResponse, error)
 	// Admin answers a read of the admin API with the server's own view.
 	Admin(context.Context, *AdminRequest) (*AdminResponse, error)
+	// Raft carries the raft messages of every replicated partition from the
+	// caller to the server.
+	Raft(grpc.ClientStreamingServer[RaftBatch, RaftResponse]) error
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -227,6 +247,9 @@ func (UnimplementedNodeServer) Takeover(context.Context, *TakeoverRequest) (*Tak
 }
 func (UnimplementedNodeServer) Admin(context.Context, *AdminRequest) (*AdminResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Admin not implemented")
+}
+func (UnimplementedNodeServer) Raft(grpc.ClientStreamingServer[RaftBatch, RaftResponse]) error {
+	return status.Error(codes.Unimplemented, "method Raft not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -338,6 +361,13 @@ func _Node_Admin_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Node_Raft_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeServer).Raft(&grpc.GenericServerStream[RaftBatch, RaftResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Node_RaftServer = grpc.ClientStreamingServer[RaftBatch, RaftResponse]
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -384,6 +414,11 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Route",
 			Handler:       _Node_Route_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Raft",
+			Handler:       _Node_Raft_Handler,
 			ClientStreams: true,
 		},
 	},

@@ -25,6 +25,9 @@ const (
 	badger     = "github.com/dgraph-io/..." // badger and its cache, ristretto
 	mochi      = "github.com/mochi-mqtt/..."
 	etcd       = "go.etcd.io/..."
+	etcdCore   = "go.etcd.io/etcd/..." // etcd's client, server and API, not raft
+	raftpb     = "go.etcd.io/raft/v3/raftpb"
+	protobuf   = "google.golang.org/protobuf/..."
 	grpc       = "google.golang.org/grpc/..."
 	paho       = "github.com/eclipse/paho.golang/..."
 	pahoV3     = "github.com/eclipse/paho.mqtt.golang/..."
@@ -65,8 +68,16 @@ var rules = []rule{
 	{
 		name:      "storage implements queue with badger",
 		pkgs:      mod("storage/..."),
+		except:    []string{mod("storage/raftlog/...")}, // its own rule below
 		internal:  []string{mod("queue/..."), mod("storage/..."), mod("internal/...")},
 		forbidden: []string{mod("hooks/..."), mod("broker/..."), mod("cluster/..."), mod("config/..."), mochi, paho, pahoV3, etcd, grpc},
+	},
+	{
+		name:      "storage/raftlog keeps the raft log on badger",
+		pkgs:      mod("storage/raftlog/..."),
+		internal:  []string{},
+		external:  []string{badger, raftpb, protobuf},
+		forbidden: []string{mod("..."), mochi, paho, pahoV3, etcdCore, grpc},
 	},
 	{
 		name:      "hooks is the only MQTT-aware code: queue and mochi",
@@ -106,9 +117,11 @@ var rules = []rule{
 		forbidden: []string{mod("cmd/...")},
 	},
 	{
+		// storage/raftlog imports raft's messages, go.etcd.io/raft/v3/raftpb;
+		// its own rule keeps etcd's client and server and gRPC from it.
 		name:     "etcd and gRPC are imported in cluster only",
 		pkgs:     mod("..."),
-		except:   []string{mod("cluster/...")},
+		except:   []string{mod("cluster/..."), mod("storage/raftlog/...")},
 		external: []string{"!" + etcd, "!" + grpc},
 	},
 }
@@ -177,6 +190,27 @@ func TestArchRulesCatchViolations(t *testing.T) {
 			Imports: []string{mod("cmd/shardq/run")}, Deps: []string{mod("cmd/shardq/run")}}, "depends on " + mod("cmd/shardq/run")},
 		{"bench importing etcd", pkg{ImportPath: mod("bench"),
 			Imports: []string{"go.etcd.io/etcd/client/v3"}}, "imports go.etcd.io/etcd/client/v3"},
+		{"raftlog with badger and raftpb", pkg{ImportPath: mod("storage/raftlog"),
+			Imports: []string{"github.com/dgraph-io/badger/v4", "go.etcd.io/raft/v3/raftpb", "google.golang.org/protobuf/proto"},
+			Deps:    []string{"github.com/dgraph-io/badger/v4", "github.com/dgraph-io/ristretto/v2", "go.etcd.io/raft/v3/raftpb", "google.golang.org/protobuf/proto"}}, ""},
+		{"raftlog importing queue", pkg{ImportPath: mod("storage/raftlog"),
+			Imports: []string{mod("queue")}, Deps: []string{mod("queue")}}, "imports " + mod("queue")},
+		{"raftlog depending on storage/badger", pkg{ImportPath: mod("storage/raftlog"),
+			Imports: []string{"fmt"}, Deps: []string{mod("storage/badger")}}, "depends on " + mod("storage/badger")},
+		{"raftlog importing raft", pkg{ImportPath: mod("storage/raftlog"),
+			Imports: []string{"go.etcd.io/raft/v3"}}, "imports go.etcd.io/raft/v3"},
+		{"raftlog depending on etcd client", pkg{ImportPath: mod("storage/raftlog"),
+			Imports: []string{"fmt"}, Deps: []string{"go.etcd.io/etcd/client/v3"}}, "depends on go.etcd.io/etcd/client/v3"},
+		{"raftlog depending on grpc", pkg{ImportPath: mod("storage/raftlog"),
+			Imports: []string{"fmt"}, Deps: []string{"google.golang.org/grpc"}}, "depends on google.golang.org/grpc"},
+		{"raftlog depending on mochi", pkg{ImportPath: mod("storage/raftlog/sub"),
+			Imports: []string{"fmt"}, Deps: []string{"github.com/mochi-mqtt/server/v2"}}, "depends on github.com/mochi-mqtt/server/v2"},
+		{"storage/badger depending on raftpb", pkg{ImportPath: mod("storage/badger"),
+			Imports: []string{"fmt"}, Deps: []string{"go.etcd.io/raft/v3/raftpb"}}, "depends on go.etcd.io/raft/v3/raftpb"},
+		{"storage/other importing raftpb", pkg{ImportPath: mod("storage/other"),
+			Imports: []string{"go.etcd.io/raft/v3/raftpb"}}, "imports go.etcd.io/raft/v3/raftpb"},
+		{"bench importing raftpb", pkg{ImportPath: mod("bench"),
+			Imports: []string{"go.etcd.io/raft/v3/raftpb"}}, "imports go.etcd.io/raft/v3/raftpb"},
 		{"cmd importing cmd", pkg{ImportPath: mod("cmd/shardq"),
 			Imports: []string{mod("cmd/shardq/internal/run")}, Deps: []string{mod("cmd/shardq/internal/run")}}, ""},
 	}

@@ -1,0 +1,691 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	rpb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/shardq/shardq/cluster/clusterpb"
+	"github.com/shardq/shardq/queue"
+)
+
+// Replication: a partition with a replication factor above 1 (with its
+// dead-letter partition) is a raft group over its replicas, fixed when the
+// partition is first claimed. Every write the queue makes to its log is
+// proposed to the group, many per entry; every replica applies committed
+// entries in order to its local storage. The raft leader is the owner: it
+// records itself in etcd with the next epoch once it has applied every
+// entry committed before its term, and then serves the partition. A
+// publish is acknowledged once its entry is committed (on disk on a
+// majority) and applied on the leader.
+//
+// One driver goroutine runs every group of the node: it ticks them,
+// steps the messages peers send, proposes, and handles their Ready
+// together, so that one fsync of the raft log covers every group's
+// entries.
+
+// RaftStore keeps the raft log of the node's groups (storage/raftlog).
+type RaftStore interface {
+	Load(group string) (RaftState, error)
+	Save(ws []RaftWrite) error
+	Compact(group string, index, term uint64) error
+	Drop(group string) error
+}
+
+// RaftState is what is stored of a group.
+type RaftState struct {
+	HardState *rpb.HardState
+	ConfState *rpb.ConfState
+	Snapshot  *rpb.SnapshotMetadata
+	Entries   []*rpb.Entry
+	Applied   uint64
+	Meta      []byte
+}
+
+// RaftWrite is what one Ready of a group stores.
+type RaftWrite struct {
+	Group     string
+	HardState *rpb.HardState
+	ConfState *rpb.ConfState
+	Entries   []*rpb.Entry
+	Applied   uint64
+	Meta      []byte
+}
+
+const (
+	raftTick      = 100 * time.Millisecond
+	electionTicks = 10 // one second
+	// raftProposalTimeout fails a proposal not applied by then.
+	raftProposalTimeout = 10 * time.Second
+	// raftSyncEvery is how often the applied writes are synced and the
+	// applied index recorded.
+	raftSyncEvery = 500 * time.Millisecond
+	// raftKeep is how many applied entries a group keeps for followers
+	// that lag behind.
+	raftKeep = 50000
+)
+
+// raftID is the raft id of a node.
+func raftID(node string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(node))
+	if x := h.Sum64(); x != 0 {
+		return x
+	}
+	return 1
+}
+
+func groupName(id queue.PartitionID) string { return id.String() }
+
+// raftHost runs the node's raft groups.
+type raftHost struct {
+	n     *Node
+	store RaftStore
+	logs  queue.Logs // the node's local logs, under the raft logs
+
+	mu       sync.Mutex
+	groups   map[string]*rgroup
+	partLogs map[queue.PartitionID]*raftLog
+	senders  map[string]*raftSender
+
+	inbox  chan *pb.RaftMessage
+	wake   chan struct{}
+	nextID atomic.Uint64
+}
+
+func newRaftHost(n *Node, store RaftStore) *raftHost {
+	return &raftHost{n: n, store: store, groups: map[string]*rgroup{}, partLogs: map[queue.PartitionID]*raftLog{},
+		senders: map[string]*raftSender{}, inbox: make(chan *pb.RaftMessage, 4096), wake: make(chan struct{}, 1)}
+}
+
+func (h *raftHost) poke() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// rgroup is one partition's raft group on this node.
+type rgroup struct {
+	name     string
+	id       queue.PartitionID
+	rn       *raft.RawNode
+	ms       *raft.MemoryStorage
+	replicas []string
+	nodes    map[uint64]string
+
+	// Guarded by raftHost.mu.
+	pending  []*proposal
+	inflight map[uint64]*proposal
+
+	// Driver goroutine only.
+	leader    bool
+	term      uint64
+	applying  []applyMark // entries handed to storage, not yet stored
+	stored    uint64      // every entry up to it is stored locally
+	synced    uint64      // applied index last recorded
+	compacted uint64
+
+	// caughtUp: leader, and every entry committed before its term is
+	// stored here. Read by the reconcile loop.
+	caughtUp atomic.Bool
+	isLeader atomic.Bool
+}
+
+type applyMark struct {
+	index   uint64
+	pending int
+}
+
+type proposal struct {
+	log   *raftLog
+	epoch uint64
+	msg   *queue.Message
+	state *queue.Batch
+	done  func(error)
+	id    uint64
+	at    time.Time
+}
+
+// ensureGroup starts the group of partition id on this node, from its
+// stored state, or new with replicas as its voters.
+func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*rgroup, error) {
+	name := groupName(id)
+	h.mu.Lock()
+	g := h.groups[name]
+	h.mu.Unlock()
+	if g != nil {
+		return g, nil
+	}
+	st, err := h.store.Load(name)
+	if err != nil {
+		return nil, err
+	}
+	ms := raft.NewMemoryStorage()
+	voters := make([]uint64, len(replicas))
+	nodes := map[uint64]string{}
+	for i, r := range replicas {
+		voters[i] = raftID(r)
+		nodes[voters[i]] = r
+	}
+	applied := uint64(0)
+	if st.Snapshot == nil && st.HardState == nil {
+		// New: an initial state every replica shares, as if a snapshot
+		// of an empty partition at index 1 had been applied.
+		meta := &rpb.SnapshotMetadata{Index: proto.Uint64(1), Term: proto.Uint64(1), ConfState: &rpb.ConfState{Voters: voters}}
+		hs := &rpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(1)}
+		if err := ms.ApplySnapshot(&rpb.Snapshot{Metadata: meta}); err != nil {
+			return nil, err
+		}
+		if err := ms.SetHardState(hs); err != nil {
+			return nil, err
+		}
+		if err := h.store.Save([]RaftWrite{{Group: name, HardState: hs, ConfState: meta.ConfState, Applied: 1}}); err != nil {
+			return nil, err
+		}
+		if err := h.store.Compact(name, 1, 1); err != nil {
+			return nil, err
+		}
+		applied = 1
+	} else {
+		meta := st.Snapshot
+		if meta == nil {
+			meta = &rpb.SnapshotMetadata{Index: proto.Uint64(1), Term: proto.Uint64(1)}
+		}
+		meta.ConfState = st.ConfState
+		if meta.ConfState == nil {
+			meta.ConfState = &rpb.ConfState{Voters: voters}
+		}
+		if err := ms.ApplySnapshot(&rpb.Snapshot{Metadata: meta}); err != nil {
+			return nil, err
+		}
+		if st.HardState != nil {
+			if err := ms.SetHardState(st.HardState); err != nil {
+				return nil, err
+			}
+		}
+		if err := ms.Append(st.Entries); err != nil {
+			return nil, err
+		}
+		applied = max(st.Applied, meta.GetIndex())
+		if st.HardState != nil && applied > st.HardState.GetCommit() {
+			applied = st.HardState.GetCommit()
+		}
+	}
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID: raftID(h.n.opts.NodeID), ElectionTick: electionTicks, HeartbeatTick: 1,
+		Storage: ms, Applied: applied, MaxSizePerMsg: 4 << 20, MaxInflightMsgs: 256,
+		CheckQuorum: true, PreVote: true, Logger: raftLogger{h.n.log},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft group %s: %w", name, err)
+	}
+	g = &rgroup{name: name, id: id, rn: rn, ms: ms, replicas: replicas, nodes: nodes, inflight: map[uint64]*proposal{},
+		stored: applied, synced: applied}
+	h.mu.Lock()
+	if existing := h.groups[name]; existing != nil {
+		h.mu.Unlock()
+		return existing, nil
+	}
+	h.groups[name] = g
+	h.mu.Unlock()
+	h.poke()
+	return g, nil
+}
+
+func (h *raftHost) group(name string) *rgroup {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.groups[name]
+}
+
+// run is the driver goroutine.
+func (h *raftHost) run(ctx context.Context) {
+	tick := time.NewTicker(raftTick)
+	defer tick.Stop()
+	sync := time.NewTicker(raftSyncEvery)
+	defer sync.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h.failAll(queue.ErrClosed)
+			return
+		case <-tick.C:
+			for _, g := range h.all() {
+				g.rn.Tick()
+			}
+			h.expire()
+		case <-sync.C:
+			h.checkpoint()
+		case m := <-h.inbox:
+			h.step(m)
+			for drained := false; !drained; {
+				select {
+				case m := <-h.inbox:
+					h.step(m)
+				default:
+					drained = true
+				}
+			}
+		case <-h.wake:
+		}
+		h.propose()
+		h.ready()
+	}
+}
+
+func (h *raftHost) all() []*rgroup {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*rgroup, 0, len(h.groups))
+	for _, g := range h.groups {
+		out = append(out, g)
+	}
+	return out
+}
+
+func (h *raftHost) step(w *pb.RaftMessage) {
+	g := h.group(w.Group)
+	if g == nil {
+		return // not started here yet: raft sends again
+	}
+	m := new(rpb.Message)
+	if err := proto.Unmarshal(w.Message, m); err != nil {
+		h.n.log.Warn("raft message undecodable", "group", w.Group, "err", err)
+		return
+	}
+	_ = g.rn.Step(m)
+}
+
+// propose packs each leader group's pending writes into one entry.
+func (h *raftHost) propose() {
+	h.mu.Lock()
+	var work []*rgroup
+	for _, g := range h.groups {
+		if len(g.pending) > 0 {
+			work = append(work, g)
+		}
+	}
+	h.mu.Unlock()
+	for _, g := range work {
+		h.mu.Lock()
+		ps := g.pending
+		g.pending = nil
+		h.mu.Unlock()
+		if !g.leader {
+			h.fail(ps, notLeader(g))
+			continue
+		}
+		e := &pb.RaftEntry{Proposer: h.n.opts.NodeID}
+		for _, p := range ps {
+			w := toLogWrite(p.log.id, p.epoch, p.msg, p.state)
+			w.Id = p.id
+			e.Writes = append(e.Writes, w)
+		}
+		data, err := proto.Marshal(e)
+		if err == nil {
+			err = g.rn.Propose(data)
+		}
+		if err != nil {
+			h.fail(ps, fmt.Errorf("%w: %s: %v", queue.ErrNotOwned, g.name, err))
+			continue
+		}
+		h.mu.Lock()
+		for _, p := range ps {
+			g.inflight[p.id] = p
+		}
+		h.mu.Unlock()
+	}
+}
+
+func notLeader(g *rgroup) error {
+	return fmt.Errorf("%w: %s: this node is not its leader", queue.ErrNotOwned, g.name)
+}
+
+// ready stores, sends and applies what every group has ready.
+func (h *raftHost) ready() {
+	type item struct {
+		g  *rgroup
+		rd raft.Ready
+	}
+	var items []item
+	var writes []RaftWrite
+	for _, g := range h.all() {
+		if !g.rn.HasReady() {
+			continue
+		}
+		rd := g.rn.Ready()
+		items = append(items, item{g, rd})
+		w := RaftWrite{Group: g.name, Entries: rd.Entries}
+		if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+			w.HardState = rd.HardState
+		}
+		if w.HardState != nil || len(w.Entries) > 0 {
+			writes = append(writes, w)
+		}
+	}
+	if len(items) == 0 {
+		return
+	}
+	if len(writes) > 0 {
+		if err := h.store.Save(writes); err != nil {
+			// Nothing may be sent or applied that is not on disk.
+			h.n.log.Error("raft log write failed", "err", err)
+			for _, it := range items {
+				h.failGroup(it.g, fmt.Errorf("%w: raft log: %v", queue.ErrStorage, err))
+			}
+			return
+		}
+	}
+	for _, it := range items {
+		g, rd := it.g, it.rd
+		if len(rd.Entries) > 0 {
+			_ = g.ms.Append(rd.Entries)
+		}
+		if w := rd.HardState; w != nil && !raft.IsEmptyHardState(w) {
+			_ = g.ms.SetHardState(w)
+		}
+		h.send(g, rd.Messages)
+		h.apply(g, rd.CommittedEntries)
+		if rd.SoftState != nil {
+			h.softState(g, rd.SoftState)
+		}
+		g.rn.Advance(rd)
+		h.updateCaughtUp(g)
+	}
+}
+
+func (h *raftHost) softState(g *rgroup, ss *raft.SoftState) {
+	leader := ss.RaftState == raft.StateLeader
+	if leader == g.leader {
+		return
+	}
+	g.leader = leader
+	g.isLeader.Store(leader)
+	if !leader {
+		g.caughtUp.Store(false)
+		h.failGroup(g, notLeader(g))
+	}
+	h.n.log.Info("raft leadership", "group", g.name, "leader", leader, "term", g.rn.BasicStatus().Term)
+	h.n.Metrics().elections.Inc()
+	h.n.poke()
+}
+
+// updateCaughtUp records whether this leader stores every committed entry.
+func (h *raftHost) updateCaughtUp(g *rgroup) {
+	if !g.leader || g.caughtUp.Load() {
+		// Once caught up in its term, a leader stays so: what commits
+		// later is its own.
+		return
+	}
+	st := g.rn.BasicStatus()
+	commit := st.GetCommit()
+	term, err := g.ms.Term(commit)
+	h.mu.Lock()
+	stored := g.stored
+	h.mu.Unlock()
+	if err == nil && term == st.GetTerm() && stored >= commit {
+		g.caughtUp.Store(true)
+		h.n.poke()
+	}
+}
+
+// send hands messages to the peers' senders.
+func (h *raftHost) send(g *rgroup, msgs []*rpb.Message) {
+	for _, m := range msgs {
+		node := g.nodes[m.GetTo()]
+		if node == "" {
+			continue
+		}
+		data, err := proto.Marshal(m)
+		if err != nil {
+			continue
+		}
+		if !h.sender(node).send(&pb.RaftMessage{Group: g.name, Message: data}) {
+			g.rn.ReportUnreachable(m.GetTo())
+		}
+	}
+}
+
+// apply stores committed entries locally, in order; the leader's own
+// proposals complete once stored.
+func (h *raftHost) apply(g *rgroup, ents []*rpb.Entry) {
+	for _, e := range ents {
+		if e.GetType() != rpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
+			h.markStored(g, e.GetIndex(), 0)
+			continue
+		}
+		var re pb.RaftEntry
+		if err := proto.Unmarshal(e.GetData(), &re); err != nil {
+			h.n.log.Error("raft entry undecodable", "group", g.name, "index", e.GetIndex(), "err", err)
+			h.markStored(g, e.GetIndex(), 0)
+			continue
+		}
+		mine := re.Proposer == h.n.opts.NodeID
+		h.markStored(g, e.GetIndex(), len(re.Writes))
+		index := e.GetIndex()
+		for _, w := range re.Writes {
+			id := queue.PartitionID{Queue: w.Queue, Partition: g.id.Partition}
+			var p *proposal
+			if mine {
+				h.mu.Lock()
+				p = g.inflight[w.Id]
+				delete(g.inflight, w.Id)
+				h.mu.Unlock()
+			}
+			l := h.partLog(id)
+			if l == nil {
+				h.n.log.Error("raft entry for a partition not built here", "partition", id.String())
+				h.storedOne(g, index)
+				if p != nil {
+					p.finish(fmt.Errorf("%w: %s", queue.ErrNoSuchQueue, id))
+				}
+				continue
+			}
+			_, b := fromLogWrite(id, w)
+			l.inner.Append(0, nil, b, false, func(err error) {
+				h.storedOne(g, index)
+				if p != nil {
+					if err == nil {
+						h.n.Metrics().proposals.Observe(time.Since(p.at).Seconds())
+					}
+					p.finish(err)
+				}
+			})
+		}
+	}
+}
+
+// markStored records that entry index has n writes to store.
+func (h *raftHost) markStored(g *rgroup, index uint64, n int) {
+	h.mu.Lock()
+	g.applying = append(g.applying, applyMark{index: index, pending: n})
+	h.advanceStoredLocked(g)
+	h.mu.Unlock()
+}
+
+// storedOne records one stored write of entry index.
+func (h *raftHost) storedOne(g *rgroup, index uint64) {
+	h.mu.Lock()
+	for i := range g.applying {
+		if g.applying[i].index == index {
+			g.applying[i].pending--
+			break
+		}
+	}
+	h.advanceStoredLocked(g)
+	h.mu.Unlock()
+	h.poke()
+}
+
+func (h *raftHost) advanceStoredLocked(g *rgroup) {
+	i := 0
+	for i < len(g.applying) && g.applying[i].pending <= 0 {
+		g.stored = g.applying[i].index
+		i++
+	}
+	g.applying = g.applying[i:]
+}
+
+// partLog returns the raft log of partition id, if the queue is built.
+func (h *raftHost) partLog(id queue.PartitionID) *raftLog {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.partLogs[id]
+}
+
+// checkpoint syncs the local writes applied so far and records the
+// applied index of each group, then compacts their logs.
+func (h *raftHost) checkpoint() {
+	gs := h.all()
+	if len(gs) == 0 {
+		return
+	}
+	h.mu.Lock()
+	stored := make([]uint64, len(gs))
+	for i, g := range gs {
+		stored[i] = g.stored
+	}
+	h.mu.Unlock()
+	h.logs.SyncAsync()
+	var ws []RaftWrite
+	for i, g := range gs {
+		if stored[i] > g.synced {
+			ws = append(ws, RaftWrite{Group: g.name, Applied: stored[i]})
+		}
+	}
+	if len(ws) > 0 {
+		if err := h.store.Save(ws); err != nil {
+			h.n.log.Warn("recording applied raft indexes", "err", err)
+			return
+		}
+	}
+	for i, g := range gs {
+		g.synced = max(g.synced, stored[i])
+		h.compact(g)
+	}
+}
+
+// compact drops the entries every replica has and this node applied,
+// keeping raftKeep more for a replica that comes back.
+func (h *raftHost) compact(g *rgroup) {
+	upTo := g.synced
+	if upTo <= raftKeep {
+		return
+	}
+	upTo -= raftKeep
+	if upTo <= g.compacted {
+		return
+	}
+	term, err := g.ms.Term(upTo)
+	if err != nil {
+		return
+	}
+	if err := g.ms.Compact(upTo); err != nil {
+		return
+	}
+	if err := h.store.Compact(g.name, upTo, term); err != nil {
+		h.n.log.Warn("compacting a raft log", "group", g.name, "err", err)
+		return
+	}
+	g.compacted = upTo
+}
+
+// expire fails proposals not applied in time.
+func (h *raftHost) expire() {
+	now := time.Now()
+	for _, g := range h.all() {
+		var late []*proposal
+		h.mu.Lock()
+		for id, p := range g.inflight {
+			if now.Sub(p.at) > raftProposalTimeout {
+				late = append(late, p)
+				delete(g.inflight, id)
+			}
+		}
+		h.mu.Unlock()
+		slices.SortFunc(late, func(a, b *proposal) int { return int(a.id - b.id) })
+		h.fail(late, fmt.Errorf("%w: %s: not committed within %s", queue.ErrNotOwned, g.name, raftProposalTimeout))
+	}
+}
+
+func (h *raftHost) failGroup(g *rgroup, err error) {
+	h.mu.Lock()
+	ps := g.pending
+	g.pending = nil
+	for _, p := range g.inflight {
+		ps = append(ps, p)
+	}
+	clear(g.inflight)
+	h.mu.Unlock()
+	slices.SortFunc(ps, func(a, b *proposal) int {
+		if a.id < b.id {
+			return -1
+		}
+		return 1
+	})
+	h.fail(ps, err)
+}
+
+func (h *raftHost) failAll(err error) {
+	for _, g := range h.all() {
+		h.failGroup(g, err)
+	}
+}
+
+func (h *raftHost) fail(ps []*proposal, err error) {
+	for _, p := range ps {
+		p.finish(err)
+	}
+}
+
+// finish tells the partition and the caller how the write ended.
+func (p *proposal) finish(err error) {
+	if p.msg != nil && p.log.committed != nil {
+		p.log.committed([]*queue.Message{p.msg}, err)
+	}
+	if p.done != nil {
+		p.done(err)
+	}
+}
+
+// transferLeadership hands every group this node leads to another live
+// replica (the node is leaving).
+func (h *raftHost) transferLeadership(live func(string) bool) {
+	for _, g := range h.all() {
+		if !g.isLeader.Load() {
+			continue
+		}
+		for _, r := range g.replicas {
+			if r != h.n.opts.NodeID && live(r) {
+				g.rn.TransferLeader(raftID(r))
+				break
+			}
+		}
+	}
+	h.poke()
+}
+
+// raftLogger sends raft's log to the node's, warnings and up.
+type raftLogger struct{ l interface{ Warn(string, ...any) } }
+
+func (r raftLogger) Debug(...any)                   {}
+func (r raftLogger) Debugf(string, ...any)          {}
+func (r raftLogger) Info(...any)                    {}
+func (r raftLogger) Infof(string, ...any)           {}
+func (r raftLogger) Warning(v ...any)               { r.l.Warn(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Warningf(f string, v ...any)    { r.l.Warn(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Error(v ...any)                 { r.l.Warn(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Errorf(f string, v ...any)      { r.l.Warn(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Fatal(v ...any)                 { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(f string, v ...any)      { panic(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Panic(v ...any)                 { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Panicf(f string, v ...any)      { panic(fmt.Sprintf(f, v...)) }

@@ -1,0 +1,101 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardq/shardq/queue"
+)
+
+// raftStore is the log store of a cluster node: partitions of queues with
+// a replication factor above 1 get a raft log, the others the local log
+// as it is.
+type raftStore struct {
+	s queue.LogStore
+	h *raftHost
+	// replicated reports whether the named queue's partitions are
+	// replicated.
+	replicated func(queue string) bool
+}
+
+func (s *raftStore) OpenLogs(o queue.LogOptions) (queue.Logs, error) {
+	logs, err := s.s.OpenLogs(o)
+	if err != nil {
+		return nil, err
+	}
+	s.h.logs = logs
+	return &raftLogs{Logs: logs, s: s}, nil
+}
+
+type raftLogs struct {
+	queue.Logs
+	s *raftStore
+}
+
+func (l *raftLogs) Log(id queue.PartitionID, committed func([]*queue.Message, error)) queue.Log {
+	if !l.s.replicated(queue.ParentName(id.Queue)) {
+		return l.Logs.Log(id, committed)
+	}
+	rl := &raftLog{h: l.s.h, id: id, committed: committed}
+	// The local log under it stores what the group applies; its own
+	// completions are the raft log's business.
+	rl.inner = l.Logs.Log(id, func([]*queue.Message, error) {})
+	l.s.h.mu.Lock()
+	l.s.h.partLogs[id] = rl
+	l.s.h.mu.Unlock()
+	return rl
+}
+
+// raftLog is the log of a replicated partition: its writes go through
+// the partition's raft group, its reads to the local copy.
+type raftLog struct {
+	queue.Log // reads: the local copy
+	h         *raftHost
+	id        queue.PartitionID
+	inner     queue.Log
+	committed func([]*queue.Message, error)
+	fence     atomic.Uint64
+}
+
+func (l *raftLog) Fence(epoch uint64) error {
+	for {
+		cur := l.fence.Load()
+		if epoch < cur {
+			return &queue.FencedError{Partition: l.id, Epoch: epoch, Current: cur}
+		}
+		if l.fence.CompareAndSwap(cur, epoch) {
+			return nil
+		}
+	}
+}
+
+func (l *raftLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, _ bool, done func(error)) {
+	p := &proposal{log: l, epoch: epoch, msg: msg, state: state, done: done, id: l.h.nextID.Add(1), at: time.Now()}
+	if cur := l.fence.Load(); epoch < cur {
+		p.finish(&queue.FencedError{Partition: l.id, Epoch: epoch, Current: cur})
+		return
+	}
+	g := l.h.group(groupName(queue.PartitionID{Queue: queue.ParentName(l.id.Queue), Partition: l.id.Partition}))
+	if g == nil || !g.isLeader.Load() {
+		p.finish(fmt.Errorf("%w: %s: this node does not lead its replicas", queue.ErrNotOwned, l.id))
+		return
+	}
+	l.h.mu.Lock()
+	g.pending = append(g.pending, p)
+	l.h.mu.Unlock()
+	l.h.poke()
+}
+
+func (l *raftLog) Read(from, to uint64, max int) ([]*queue.Message, error) {
+	return l.inner.Read(from, to, max)
+}
+
+func (l *raftLog) Bounds() (uint64, uint64, error) { return l.inner.Bounds() }
+
+func (l *raftLog) Groups() ([]queue.GroupState, error) { return l.inner.Groups() }
+
+func (l *raftLog) Dedups() (map[string]time.Time, error) { return l.inner.Dedups() }
+
+var _ = context.Background

@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	pb "github.com/shardq/shardq/cluster/clusterpb"
+)
+
+// raftSender carries this node's raft messages to one peer on one stream,
+// batched. A message that finds the stream broken or its queue full is
+// dropped: raft sends again.
+type raftSender struct {
+	h    *raftHost
+	node string
+
+	mu     sync.Mutex
+	queue  []*pb.RaftMessage
+	stream pb.Node_RaftClient
+	cancel context.CancelFunc
+	wake   chan struct{}
+	closed bool
+}
+
+// raftQueueMax bounds the messages waiting for one peer.
+const raftQueueMax = 8192
+
+func (h *raftHost) sender(node string) *raftSender {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.senders[node]
+	if s == nil {
+		s = &raftSender{h: h, node: node, wake: make(chan struct{}, 1)}
+		h.senders[node] = s
+		go s.run()
+	}
+	return s
+}
+
+// send queues m; false when it was dropped.
+func (s *raftSender) send(m *pb.RaftMessage) bool {
+	s.mu.Lock()
+	if len(s.queue) >= raftQueueMax {
+		s.mu.Unlock()
+		return false
+	}
+	s.queue = append(s.queue, m)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (s *raftSender) run() {
+	ctx := s.h.n.ctx
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		for {
+			s.mu.Lock()
+			batch := s.queue
+			s.queue = nil
+			s.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			if err := s.write(ctx, batch); err != nil {
+				s.h.n.log.Debug("raft messages not sent", "node", s.node, "n", len(batch), "err", err)
+				s.mu.Lock()
+				if s.cancel != nil {
+					s.cancel()
+				}
+				s.stream, s.cancel = nil, nil
+				s.mu.Unlock()
+				break
+			}
+		}
+	}
+}
+
+func (s *raftSender) write(ctx context.Context, batch []*pb.RaftMessage) error {
+	s.mu.Lock()
+	stream := s.stream
+	s.mu.Unlock()
+	if stream == nil {
+		p, err := s.h.n.peer(s.node)
+		if err != nil {
+			return err
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		stream, err = p.client.Raft(sctx)
+		if err != nil {
+			cancel()
+			return err
+		}
+		s.mu.Lock()
+		s.stream, s.cancel = stream, cancel
+		s.mu.Unlock()
+	}
+	return stream.Send(&pb.RaftBatch{Messages: batch})
+}
+
+// Raft receives a peer's raft messages.
+func (s *server) Raft(stream pb.Node_RaftServer) error {
+	h := s.n.raft
+	if h == nil {
+		return errors.New("cluster: this node keeps no replicas")
+	}
+	for {
+		b, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&pb.RaftResponse{})
+		}
+		if err != nil {
+			return err
+		}
+		for _, m := range b.Messages {
+			select {
+			case h.inbox <- m:
+			case <-stream.Context().Done():
+				return stream.Context().Err()
+			}
+		}
+	}
+}
