@@ -54,10 +54,10 @@ type Broker struct {
 	ready     atomic.Bool
 	shutdown  atomic.Bool
 	health    health
-	disk      *diskWatch    // storage.min_free_bytes (disk.go)
-	node      *cluster.Node // nil on a single node (cluster.go)
+	disk      *diskWatch     // storage.min_free_bytes (disk.go)
+	node      *cluster.Node  // nil on a single node (cluster.go)
 	raftLog   *raftlog.Store // the raft logs of replicated partitions; nil on a single node
-	plain     *plainHook    // ordinary MQTT across nodes (plain.go); nil on a single node
+	plain     *plainHook     // ordinary MQTT across nodes (plain.go); nil on a single node
 	done      chan struct{}
 }
 

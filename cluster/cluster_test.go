@@ -155,7 +155,7 @@ func checkOrder(t *testing.T, got []arrival) {
 // partitions over and exits; no acknowledged message is lost and order
 // per key holds.
 func TestSIGTERMHandsOver(t *testing.T) {
-	c := newCluster(t)
+	c := newCluster(t, "--config", configFile(t, rf1))
 	a := c.start("a")
 	c.start("b")
 	cc := c.start("c")
@@ -209,7 +209,7 @@ func waitAcked(t *testing.T, l *ledger, n int) {
 // wins and no other partition changes owner; the messages of the moved
 // partitions are all consumed after the move.
 func TestJoinMovesOnlyItsShare(t *testing.T) {
-	c := newCluster(t)
+	c := newCluster(t, "--config", configFile(t, rf1))
 	a := c.start("a")
 	c.start("b")
 	c.start("c")
@@ -287,7 +287,7 @@ func (n *node) metric(t *testing.T, name string) float64 {
 // is down its publishes are refused with 0x83, never acknowledged, and its
 // messages come back with it.
 func TestOwnerDownRF1(t *testing.T) {
-	c := newCluster(t)
+	c := newCluster(t, "--config", configFile(t, rf1))
 	a := c.start("a")
 	c.start("b")
 	prod := dial(t, a.mqtt, "producer", 64)
@@ -366,11 +366,7 @@ func TestEtcdUnreachable(t *testing.T) {
 // joins again by itself and serves its partitions under a higher epoch.
 // No acknowledged message is lost, whichever node the producers used.
 func TestPausedOwnerIsFenced(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "shardq.yaml")
-	if err := os.WriteFile(cfg, []byte("cluster:\n  lease_ttl: 2s\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c := newCluster(t, "--config", cfg)
+	c := newCluster(t, "--config", configFile(t, rf1+"cluster:\n  lease_ttl: 2s\n"))
 	a := c.start("a")
 	b := c.start("b")
 	pa := dial(t, a.mqtt, "producer-a", 64)
@@ -492,7 +488,7 @@ func partitionOf(t *testing.T, p *paho.Publish) int {
 // nothing lost, order per key kept. A rule naming a node that never joined
 // refuses the start and names the rule.
 func TestPlacement(t *testing.T) {
-	c := newCluster(t)
+	c := newCluster(t, "--config", configFile(t, rf1))
 	a := c.start("a")
 	c.start("b")
 	c.start("c")
@@ -502,13 +498,10 @@ func TestPlacement(t *testing.T) {
 	waitAcked(t, l, 200)
 	c.waitOwned("orders", 8, 10*time.Second, "a", "b", "c")
 
-	pin := filepath.Join(t.TempDir(), "pin.yaml")
-	if err := os.WriteFile(pin, []byte("cluster:\n  placement:\n    - queues: \"ord*\"\n      nodes: [c]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cn := c.nodes["c"]
 	cn.kill()
-	c.start("c", "--config", pin)
+	c.extra = nil
+	c.start("c", "--config", configFile(t, rf1+"cluster:\n  placement:\n    - queues: \"ord*\"\n      nodes: [c]\n"))
 	c.waitOwned("orders", 8, 30*time.Second, "c")
 	waitAcked(t, l, l.ackedCount()+100)
 	close(stop)
@@ -568,4 +561,17 @@ func TestDeclareAcrossNodes(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// rf1 is the config of queues with one replica each.
+const rf1 = "queues:\n  defaults:\n    replication_factor: 1\n"
+
+// configFile writes a config file for the nodes of a test.
+func configFile(t testing.TB, yaml string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "shardq.yaml")
+	if err := os.WriteFile(f, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -71,15 +71,15 @@ type Ownership struct {
 
 // view is the node's copy of the cluster's keys, kept by the watch.
 type view struct {
-	nodes   map[string]NodeInfo
-	known   map[string]bool
-	queues  map[string]QueueInfo
-	owners  map[queue.PartitionID]Ownership
+	nodes  map[string]NodeInfo
+	known  map[string]bool
+	queues map[string]QueueInfo
+	owners map[queue.PartitionID]Ownership
 	// placement is the cluster's placement rules (publishPlacement).
 	placement []PlacementRule
 	rev       int64
-	leaving bool // this node is leaving: it wants no partition
-	plain   interest // every node's plain topic filters (plain.go)
+	leaving   bool     // this node is leaving: it wants no partition
+	plain     interest // every node's plain topic filters (plain.go)
 }
 
 func newView() view {

@@ -65,6 +65,9 @@ func freeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// current is the cluster of the running test.
+var current *testCluster
+
 // testCluster is an etcd and the shardq nodes of one test.
 type testCluster struct {
 	t     testing.TB
@@ -94,7 +97,8 @@ func newCluster(t testing.TB, extra ...string) *testCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
-	return &testCluster{t: t, etcd: e.Endpoint(), cli: cli, nodes: map[string]*node{}, extra: extra}
+	current = &testCluster{t: t, etcd: e.Endpoint(), cli: cli, nodes: map[string]*node{}, extra: extra}
+	return current
 }
 
 // start runs node id (again, with its data dir, after a stop) and waits
@@ -439,6 +443,74 @@ func produceKeys(cl *client, topic, prefix string, keys int, stop <-chan struct{
 		}
 	}()
 	return l, done
+}
+
+// produceAcross is produceKeys from a client that connects to the nodes
+// named, in turn, whenever its connection fails (a node killed).
+func (c *testCluster) produceAcross(nodes []string, prefix string, keys int, stop <-chan struct{}) (*ledger, <-chan struct{}) {
+	l := &ledger{acked: map[string]bool{}, codes: map[byte]int{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var cl *client
+		next := 0
+		for i := 0; ; i++ {
+			for k := 0; k < keys; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for cl == nil {
+					n := c.nodes[nodes[next%len(nodes)]]
+					next++
+					cl = tryDial(n.mqtt, "producer-"+prefix)
+					if cl == nil {
+						select {
+						case <-stop:
+							return
+						case <-time.After(100 * time.Millisecond):
+						}
+					}
+				}
+				key := prefix + strconv.Itoa(k)
+				payload := message(key, i)
+				code, err := cl.publish("$queue/orders", key, payload)
+				l.mu.Lock()
+				if err != nil {
+					l.errs++
+				} else {
+					l.codes[code]++
+					if code == 0 {
+						l.acked[string(payload)] = true
+					}
+				}
+				l.mu.Unlock()
+				if err != nil {
+					_ = cl.c.Disconnect(&paho.Disconnect{})
+					cl = nil
+				}
+			}
+		}
+	}()
+	return l, done
+}
+
+// tryDial connects an MQTT 5 client, or returns nil.
+func tryDial(addr, id string) *client {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil
+	}
+	cl := &client{wake: make(chan struct{}, 1)}
+	cl.c = paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: id})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := cl.c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+		_ = conn.Close()
+		return nil
+	}
+	return cl
 }
 
 func (l *ledger) ackedCount() int {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"hash/fnv"
 	"path"
-	"strings"
 	"slices"
+	"strings"
 	"time"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"

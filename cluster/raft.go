@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	rpb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
@@ -99,11 +101,18 @@ type raftHost struct {
 	inbox  chan *pb.RaftMessage
 	wake   chan struct{}
 	nextID atomic.Uint64
+	// leaving, once set, makes the driver hand leadership over to the
+	// live replicas it reports. Guarded by mu.
+	leaving func(string) bool
+	// proposer names this run of the node in the entries it proposes, so
+	// that an entry of an earlier run is never taken for one of this run.
+	proposer string
 }
 
 func newRaftHost(n *Node, store RaftStore) *raftHost {
 	return &raftHost{n: n, store: store, groups: map[string]*rgroup{}, partLogs: map[queue.PartitionID]*raftLog{},
-		senders: map[string]*raftSender{}, inbox: make(chan *pb.RaftMessage, 4096), wake: make(chan struct{}, 1)}
+		senders: map[string]*raftSender{}, inbox: make(chan *pb.RaftMessage, 4096), wake: make(chan struct{}, 1),
+		proposer: n.opts.NodeID + "/" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 }
 
 func (h *raftHost) poke() {
@@ -133,6 +142,11 @@ type rgroup struct {
 	stored    uint64      // every entry up to it is stored locally
 	synced    uint64      // applied index last recorded
 	compacted uint64
+
+	// inSync: the replicas within raftInSyncLag entries of the leader's
+	// log, as the leader saw them at its last tick (nil: not the leader).
+	// Guarded by raftHost.mu.
+	inSync []string
 
 	// caughtUp: leader, and every entry committed before its term is
 	// stored here. Read by the reconcile loop.
@@ -261,6 +275,7 @@ func (h *raftHost) run(ctx context.Context) {
 		case <-tick.C:
 			for _, g := range h.all() {
 				g.rn.Tick()
+				h.progress(g)
 			}
 			h.expire()
 		case <-sync.C:
@@ -277,6 +292,7 @@ func (h *raftHost) run(ctx context.Context) {
 			}
 		case <-h.wake:
 		}
+		h.transfer()
 		h.propose()
 		h.ready()
 	}
@@ -324,7 +340,7 @@ func (h *raftHost) propose() {
 			h.fail(ps, notLeader(g))
 			continue
 		}
-		e := &pb.RaftEntry{Proposer: h.n.opts.NodeID}
+		e := &pb.RaftEntry{Proposer: h.proposer}
 		for _, p := range ps {
 			w := toLogWrite(p.log.id, p.epoch, p.msg, p.state)
 			w.Id = p.id
@@ -414,7 +430,7 @@ func (h *raftHost) softState(g *rgroup, ss *raft.SoftState) {
 		g.caughtUp.Store(false)
 		h.failGroup(g, notLeader(g))
 	}
-	h.n.log.Info("raft leadership", "group", g.name, "leader", leader, "term", g.rn.BasicStatus().Term)
+	h.n.log.Info("raft leadership", "group", g.name, "leader", leader, "term", g.rn.BasicStatus().GetTerm())
 	h.n.Metrics().elections.Inc()
 	h.n.poke()
 }
@@ -436,6 +452,54 @@ func (h *raftHost) updateCaughtUp(g *rgroup) {
 		g.caughtUp.Store(true)
 		h.n.poke()
 	}
+}
+
+// raftInSyncLag is how many entries behind the leader a replica may be
+// and still count as in sync.
+const raftInSyncLag = 1000
+
+// progress records which replicas are in sync with this leader, and their
+// lag.
+func (h *raftHost) progress(g *rgroup) {
+	if !g.leader {
+		h.mu.Lock()
+		g.inSync = nil
+		h.mu.Unlock()
+		return
+	}
+	last, _ := g.ms.LastIndex()
+	var in []string
+	self := raftID(h.n.opts.NodeID)
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		node := g.nodes[id]
+		lag := uint64(0)
+		if last > pr.Match {
+			lag = last - pr.Match
+		}
+		if id == self {
+			lag = 0
+		}
+		if lag <= raftInSyncLag && (id == self || pr.RecentActive) {
+			in = append(in, node)
+		}
+		h.n.Metrics().lag.WithLabelValues(g.id.Queue, strconv.Itoa(g.id.Partition), node).Set(float64(lag))
+	})
+	slices.Sort(in)
+	h.mu.Lock()
+	g.inSync = in
+	h.mu.Unlock()
+}
+
+// inSync returns the in-sync replicas of the group named, when this node
+// leads it.
+func (h *raftHost) inSync(name string) ([]string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groups[name]
+	if g == nil || g.inSync == nil {
+		return nil, false
+	}
+	return slices.Clone(g.inSync), true
 }
 
 // send hands messages to the peers' senders.
@@ -469,7 +533,7 @@ func (h *raftHost) apply(g *rgroup, ents []*rpb.Entry) {
 			h.markStored(g, e.GetIndex(), 0)
 			continue
 		}
-		mine := re.Proposer == h.n.opts.NodeID
+		mine := re.Proposer == h.proposer
 		h.markStored(g, e.GetIndex(), len(re.Writes))
 		index := e.GetIndex()
 		for _, w := range re.Writes {
@@ -657,11 +721,26 @@ func (p *proposal) finish(err error) {
 	}
 }
 
-// transferLeadership hands every group this node leads to another live
-// replica (the node is leaving).
+// transferLeadership asks the driver to hand every group this node
+// leads to another live replica (the node is leaving).
 func (h *raftHost) transferLeadership(live func(string) bool) {
+	h.mu.Lock()
+	h.leaving = live
+	h.mu.Unlock()
+	h.poke()
+}
+
+// transfer hands the groups this node leads to other live replicas; on
+// the driver goroutine.
+func (h *raftHost) transfer() {
+	h.mu.Lock()
+	live := h.leaving
+	h.mu.Unlock()
+	if live == nil {
+		return
+	}
 	for _, g := range h.all() {
-		if !g.isLeader.Load() {
+		if !g.leader || g.rn.BasicStatus().LeadTransferee != 0 {
 			continue
 		}
 		for _, r := range g.replicas {
@@ -671,21 +750,22 @@ func (h *raftHost) transferLeadership(live func(string) bool) {
 			}
 		}
 	}
-	h.poke()
 }
 
 // raftLogger sends raft's log to the node's, warnings and up.
-type raftLogger struct{ l interface{ Warn(string, ...any) } }
+type raftLogger struct {
+	l interface{ Warn(string, ...any) }
+}
 
-func (r raftLogger) Debug(...any)                   {}
-func (r raftLogger) Debugf(string, ...any)          {}
-func (r raftLogger) Info(...any)                    {}
-func (r raftLogger) Infof(string, ...any)           {}
-func (r raftLogger) Warning(v ...any)               { r.l.Warn(fmt.Sprint(v...), "component", "raft") }
-func (r raftLogger) Warningf(f string, v ...any)    { r.l.Warn(fmt.Sprintf(f, v...), "component", "raft") }
-func (r raftLogger) Error(v ...any)                 { r.l.Warn(fmt.Sprint(v...), "component", "raft") }
-func (r raftLogger) Errorf(f string, v ...any)      { r.l.Warn(fmt.Sprintf(f, v...), "component", "raft") }
-func (r raftLogger) Fatal(v ...any)                 { panic(fmt.Sprint(v...)) }
-func (r raftLogger) Fatalf(f string, v ...any)      { panic(fmt.Sprintf(f, v...)) }
-func (r raftLogger) Panic(v ...any)                 { panic(fmt.Sprint(v...)) }
-func (r raftLogger) Panicf(f string, v ...any)      { panic(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Debug(...any)                {}
+func (r raftLogger) Debugf(string, ...any)       {}
+func (r raftLogger) Info(...any)                 {}
+func (r raftLogger) Infof(string, ...any)        {}
+func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Error(v ...any)              { r.l.Warn(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Errorf(f string, v ...any)   { r.l.Warn(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }

@@ -103,9 +103,25 @@ func (n *Node) Status() Status {
 			ps := PartitionStatus{Queue: name, Partition: p, Replicas: []string{}, InSync: []string{}}
 			if o, ok := v.owners[queue.PartitionID{Queue: name, Partition: p}]; ok {
 				ps.Owner, ps.Epoch = o.Owner, o.Epoch
-				ps.Replicas = append(ps.Replicas, o.Owner)
-				if _, up := v.nodes[o.Owner]; up {
-					ps.InSync = append(ps.InSync, o.Owner)
+				switch {
+				case len(o.Replicas) > 0:
+					// Replicated: the leader knows which replicas keep up;
+					// elsewhere, the live ones are shown.
+					ps.Replicas = append(ps.Replicas, o.Replicas...)
+					if in, ok := n.leaderInSync(queue.PartitionID{Queue: name, Partition: p}); ok {
+						ps.InSync = in
+					} else {
+						for _, r := range o.Replicas {
+							if _, up := v.nodes[r]; up {
+								ps.InSync = append(ps.InSync, r)
+							}
+						}
+					}
+				case o.Owner != "":
+					ps.Replicas = append(ps.Replicas, o.Owner)
+					if _, up := v.nodes[o.Owner]; up {
+						ps.InSync = append(ps.InSync, o.Owner)
+					}
 				}
 			}
 			st.Partitions = append(st.Partitions, ps)
@@ -167,4 +183,12 @@ func (n *Node) ask(ctx context.Context, id, method, path string) PeerAnswer {
 		a.Status, a.Body = int(resp.Status), resp.Body
 	}
 	return a
+}
+
+// leaderInSync returns the in-sync replicas of a partition this node leads.
+func (n *Node) leaderInSync(id queue.PartitionID) ([]string, bool) {
+	if n.raft == nil {
+		return nil, false
+	}
+	return n.raft.inSync(groupName(id))
 }

@@ -1,0 +1,250 @@
+package cluster_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Replication: three nodes, replication factor 3, ack_policy quorum (the
+// defaults of a cluster). A ledger records every publish acknowledged
+// 0x00; at the end a consumer reads everything and nothing acknowledged
+// may be missing.
+
+// mostOwned returns the node owning the most partitions of the queue.
+func (c *testCluster) mostOwned(queue string) string {
+	count := map[string]int{}
+	best := ""
+	for _, o := range c.owners(queue) {
+		count[o.Owner]++
+		if best == "" || count[o.Owner] > count[best] || (count[o.Owner] == count[best] && o.Owner < best) {
+			best = o.Owner
+		}
+	}
+	return best
+}
+
+// waitFailover waits until no partition of the queue is owned by node and
+// every one has an owner; it returns how long that took from since.
+func (c *testCluster) waitFailover(queue string, partitions int, node string, since time.Time, within time.Duration) time.Duration {
+	c.t.Helper()
+	for {
+		o := c.owners(queue)
+		ok := len(o) == partitions
+		for _, r := range o {
+			ok = ok && r.Owner != "" && r.Owner != node
+		}
+		if ok {
+			return time.Since(since)
+		}
+		if time.Since(since) > within {
+			c.t.Fatalf("partitions of %s still on %s or unowned %s after it went: %v", queue, node, within, o)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLeaderKilled: the node leading the most partitions is killed with
+// SIGKILL under load, three times, and restarted each time. Every
+// acknowledged message is consumed; the partitions get new leaders within
+// seconds (logged: the failover figures are measured by the benchmark).
+func TestLeaderKilled(t *testing.T) {
+	c := newCluster(t)
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	// Producers on every node, so that some always survive.
+	stop := make(chan struct{})
+	var ledgers []*ledger
+	var dones []<-chan struct{}
+	for i, id := range []string{"a", "b", "c"} {
+		order := []string{"a", "b", "c", "a", "b"}[i : i+3]
+		l, done := c.produceAcross(order, id, 8, stop)
+		ledgers = append(ledgers, l)
+		dones = append(dones, done)
+	}
+	waitAcked(t, ledgers[0], 100)
+	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	var took []time.Duration
+	for kill := 0; kill < 3; kill++ {
+		victim := c.mostOwned("orders")
+		before := total(ledgers)
+		c.nodes[victim].kill()
+		killed := time.Now()
+		took = append(took, c.waitFailover("orders", 8, victim, killed, 20*time.Second))
+		waitTotal(t, ledgers, before+100)
+		c.start(victim)
+		c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	}
+	close(stop)
+	for _, d := range dones {
+		<-d
+	}
+	slices.Sort(took)
+	t.Logf("failover after SIGKILL of the busiest leader: %v", took)
+	got := consumeAll(t, c.nodes["a"], "g", ledgers...)
+	for _, l := range ledgers {
+		l.check(t, got)
+		t.Logf("codes %v", l.codes)
+	}
+	checkOrder(t, got)
+}
+
+func total(ls []*ledger) int {
+	n := 0
+	for _, l := range ls {
+		n += l.ackedCount()
+	}
+	return n
+}
+
+func waitTotal(t *testing.T, ls []*ledger, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for total(ls) < n {
+		if time.Now().After(deadline) {
+			dumpNodes(t)
+			t.Fatalf("only %d of %d publishes acknowledged", total(ls), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLeaderPaused: a leader paused past the election timeout loses its
+// partitions to other replicas; resumed, it cannot commit what it
+// accepted meanwhile, and no acknowledged message is lost.
+func TestLeaderPaused(t *testing.T) {
+	c := newCluster(t)
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	stop := make(chan struct{})
+	var ledgers []*ledger
+	var dones []<-chan struct{}
+	for i, id := range []string{"a", "b", "c"} {
+		order := []string{"a", "b", "c", "a", "b"}[i : i+3]
+		l, done := c.produceAcross(order, id, 8, stop)
+		ledgers = append(ledgers, l)
+		dones = append(dones, done)
+	}
+	waitAcked(t, ledgers[0], 100)
+	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	victim := c.mostOwned("orders")
+	before := c.owners("orders")
+	c.nodes[victim].signal(syscall.SIGSTOP)
+	paused := time.Now()
+	took := c.waitFailover("orders", 8, victim, paused, 20*time.Second)
+	n := total(ledgers)
+	waitTotal(t, ledgers, n+100)
+	c.nodes[victim].signal(syscall.SIGCONT)
+	c.nodes[victim].waitReady(t, 30*time.Second)
+	waitTotal(t, ledgers, total(ledgers)+100)
+	close(stop)
+	for _, d := range dones {
+		<-d
+	}
+	for p, o := range c.owners("orders") {
+		if o.Epoch <= before[p].Epoch && before[p].Owner == victim {
+			t.Errorf("partition %d: epoch %d not above %d after its leader was paused", p, o.Epoch, before[p].Epoch)
+		}
+	}
+	t.Logf("failover after SIGSTOP of %s: %s", victim, took)
+	got := consumeAll(t, c.nodes[victim], "g", ledgers...)
+	for _, l := range ledgers {
+		l.check(t, got)
+		t.Logf("codes %v", l.codes)
+	}
+	checkOrder(t, got)
+}
+
+// TestFollowerCatchesUp: a replica down while messages are published
+// catches up when it returns: the leaders report it in sync, and with the
+// other replicas' nodes gone in turn it serves everything acknowledged.
+func TestFollowerCatchesUp(t *testing.T) {
+	c := newCluster(t)
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	prod := dial(t, c.nodes["a"].mqtt, "producer", 64)
+	if code, err := prod.publish("$queue/orders", "k0", message("first", 0)); err != nil || code != 0 {
+		t.Fatalf("publish: %#x %v", code, err)
+	}
+	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	c.nodes["c"].kill()
+	stop := make(chan struct{})
+	l, done := produce(prod, "$queue/orders", 16, stop)
+	waitAcked(t, l, 2000)
+	close(stop)
+	<-done
+	c.start("c")
+	// In sync, as every partition's leader sees it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if inSyncEverywhere(t, c, "orders", "c") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("c not in sync 30s after it came back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Its copy is whole: with b gone, a and c serve everything.
+	c.nodes["b"].kill()
+	c.waitFailover("orders", 8, "b", time.Now(), 20*time.Second)
+	got := consumeAll(t, c.nodes["c"], "g", l)
+	l.check(t, got)
+	checkOrder(t, got)
+}
+
+// inSyncEverywhere asks each partition's owner whether node is in sync.
+func inSyncEverywhere(t *testing.T, c *testCluster, queue, node string) bool {
+	t.Helper()
+	for _, o := range c.owners(queue) {
+		owner := c.nodes[o.Owner]
+		if owner == nil {
+			return false
+		}
+		resp, err := http.Get("http://" + owner.http + "/api/v1/cluster")
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var st struct {
+			Partitions []struct {
+				Queue     string   `json:"queue"`
+				Partition int      `json:"partition"`
+				Owner     string   `json:"owner"`
+				InSync    []string `json:"in_sync"`
+			} `json:"partitions"`
+		}
+		if json.Unmarshal(body, &st) != nil {
+			return false
+		}
+		for _, p := range st.Partitions {
+			if p.Queue == queue && p.Owner == o.Owner && !slices.Contains(p.InSync, node) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// dumpNodes makes every node of the test print its goroutines into its
+// log (SHARDQ_TEST_LOGS keeps them), when SHARDQ_TEST_DUMP is set.
+func dumpNodes(t *testing.T) {
+	if os.Getenv("SHARDQ_TEST_DUMP") == "" {
+		return
+	}
+	for _, n := range current.nodes {
+		if n.cmd != nil && n.cmd.ProcessState == nil {
+			n.signal(syscall.SIGQUIT)
+		}
+	}
+	time.Sleep(time.Second)
+}
