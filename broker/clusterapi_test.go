@@ -68,6 +68,7 @@ func TestClusterAdminAPI(t *testing.T) {
 			c.NodeID = id
 			c.Admin.Token = token
 			c.Cluster.Etcd.Endpoints = []string{e.Endpoint()}
+			c.Queues.Defaults.ReplicationFactor = 1 // one owner per partition: the figures below
 			c.Cluster.Addr = "127.0.0.1:0"
 			c.Cluster.LeaseTTL = 2 * time.Second
 		})
