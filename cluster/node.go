@@ -161,6 +161,25 @@ func (n *Node) replicationFactor(name string) int {
 	return rf
 }
 
+// ackPolicy returns the ack_policy of the named queue: the catalog's
+// declared setting, else the config's; quorum when none is set.
+func (n *Node) ackPolicy(name string) queue.AckPolicy {
+	name = queue.ParentName(name)
+	var ap queue.AckPolicy
+	n.mu.Lock()
+	if qi, ok := n.view.queues[name]; ok && qi.Declared != nil {
+		ap = qi.Declared.AckPolicy
+	}
+	n.mu.Unlock()
+	if ap == "" && n.opts.QueueOptions != nil {
+		ap = n.opts.QueueOptions(name).AckPolicy
+	}
+	if ap == "" {
+		ap = queue.AckQuorum
+	}
+	return ap
+}
+
 // DefaultReplicationFactor is the replication factor of a queue in a
 // cluster that sets none.
 const DefaultReplicationFactor = 3

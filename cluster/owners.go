@@ -109,6 +109,9 @@ func (n *Node) reconcile() {
 		}
 		allowed := n.allowed(name)
 		rf := n.replicationFactor(name)
+		if n.raft != nil {
+			n.raft.setAckPolicy(name, qi.Partitions, n.ackPolicy(name))
+		}
 		for p := 0; p < qi.Partitions; p++ {
 			id := queue.PartitionID{Queue: name, Partition: p}
 			n.mu.Lock()

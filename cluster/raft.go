@@ -167,6 +167,11 @@ type proposal struct {
 	done  func(error)
 	id    uint64
 	at    time.Time
+	// early: ack_policy leader, acknowledged once on this leader's disk;
+	// persisted and acked record that it was (guarded by raftHost.mu).
+	early     bool
+	persisted bool
+	acked     bool
 }
 
 // ensureGroup starts the group of partition id on this node, from its
@@ -403,6 +408,9 @@ func (h *raftHost) ready() {
 	}
 	for _, it := range items {
 		g, rd := it.g, it.rd
+		if len(rd.Entries) > 0 && g.leader {
+			h.persisted(g)
+		}
 		if len(rd.Entries) > 0 {
 			_ = g.ms.Append(rd.Entries)
 		}
@@ -599,6 +607,19 @@ func (h *raftHost) advanceStoredLocked(g *rgroup) {
 	g.applying = g.applying[i:]
 }
 
+// setAckPolicy records the ack_policy of a queue's partition logs.
+func (h *raftHost) setAckPolicy(name string, partitions int, ap queue.AckPolicy) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for p := 0; p < partitions; p++ {
+		for _, q := range []string{name, queue.DLQName(name)} {
+			if l := h.partLogs[queue.PartitionID{Queue: q, Partition: p}]; l != nil {
+				l.ackLeader.Store(ap == queue.AckLeader)
+			}
+		}
+	}
+}
+
 // partLog returns the raft log of partition id, if the queue is built.
 func (h *raftHost) partLog(id queue.PartitionID) *raftLog {
 	h.mu.Lock()
@@ -711,10 +732,43 @@ func (h *raftHost) fail(ps []*proposal, err error) {
 	}
 }
 
-// finish tells the partition and the caller how the write ended.
+// persisted acknowledges the proposals of ack_policy leader that the
+// raft log now holds on this leader's disk: every proposal in flight was
+// in the entries just stored.
+func (h *raftHost) persisted(g *rgroup) {
+	var early []*proposal
+	h.mu.Lock()
+	for _, p := range g.inflight {
+		if !p.persisted {
+			p.persisted = true
+			if p.early {
+				p.acked = true
+				early = append(early, p)
+			}
+		}
+	}
+	h.mu.Unlock()
+	slices.SortFunc(early, func(a, b *proposal) int {
+		if a.id < b.id {
+			return -1
+		}
+		return 1
+	})
+	for _, p := range early {
+		if p.done != nil {
+			p.done(nil)
+		}
+	}
+}
+
+// finish tells the partition and the caller how the write ended; a
+// caller acknowledged early was told already.
 func (p *proposal) finish(err error) {
 	if p.msg != nil && p.log.committed != nil {
 		p.log.committed([]*queue.Message{p.msg}, err)
+	}
+	if p.acked {
+		return
 	}
 	if p.done != nil {
 		p.done(err)

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -39,6 +38,7 @@ func (l *raftLogs) Log(id queue.PartitionID, committed func([]*queue.Message, er
 		return l.Logs.Log(id, committed)
 	}
 	rl := &raftLog{h: l.s.h, id: id, committed: committed}
+	rl.ackLeader.Store(l.s.h.n.ackPolicy(id.Queue) == queue.AckLeader)
 	// The local log under it stores what the group applies; its own
 	// completions are the raft log's business.
 	rl.inner = l.Logs.Log(id, func([]*queue.Message, error) {})
@@ -57,6 +57,9 @@ type raftLog struct {
 	inner     queue.Log
 	committed func([]*queue.Message, error)
 	fence     atomic.Uint64
+	// ackLeader: the queue's ack_policy is leader (kept current by the
+	// node's reconcile loop).
+	ackLeader atomic.Bool
 }
 
 func (l *raftLog) Fence(epoch uint64) error {
@@ -72,7 +75,8 @@ func (l *raftLog) Fence(epoch uint64) error {
 }
 
 func (l *raftLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, _ bool, done func(error)) {
-	p := &proposal{log: l, epoch: epoch, msg: msg, state: state, done: done, id: l.h.nextID.Add(1), at: time.Now()}
+	p := &proposal{log: l, epoch: epoch, msg: msg, state: state, done: done, id: l.h.nextID.Add(1), at: time.Now(),
+		early: msg != nil && l.ackLeader.Load()}
 	if cur := l.fence.Load(); epoch < cur {
 		p.finish(&queue.FencedError{Partition: l.id, Epoch: epoch, Current: cur})
 		return
@@ -97,5 +101,3 @@ func (l *raftLog) Bounds() (uint64, uint64, error) { return l.inner.Bounds() }
 func (l *raftLog) Groups() ([]queue.GroupState, error) { return l.inner.Groups() }
 
 func (l *raftLog) Dedups() (map[string]time.Time, error) { return l.inner.Dedups() }
-
-var _ = context.Background

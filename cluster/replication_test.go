@@ -248,3 +248,85 @@ func dumpNodes(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 }
+
+// TestSIGTERMReplicated: a node stopped with SIGTERM under load hands the
+// leadership of its partitions to other replicas before it exits; nothing
+// acknowledged is lost.
+func TestSIGTERMReplicated(t *testing.T) {
+	c := newCluster(t)
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	stop := make(chan struct{})
+	l, done := c.produceAcross([]string{"a", "b"}, "p", 16, stop)
+	waitAcked(t, l, 200)
+	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	victim := c.mostOwned("orders")
+	if victim == "a" || victim == "b" {
+		// The producer's nodes stay up: stop c whatever it leads.
+		victim = "c"
+	}
+	c.nodes[victim].signal(syscall.SIGTERM)
+	c.nodes[victim].waitExit(t, 30*time.Second)
+	if code := c.nodes[victim].cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("%s exited with %d", victim, code)
+	}
+	for p, o := range c.owners("orders") {
+		if o.Owner == victim {
+			t.Errorf("partition %d still owned by %s after it left", p, victim)
+		}
+	}
+	waitAcked(t, l, l.ackedCount()+200)
+	close(stop)
+	<-done
+	got := consumeAll(t, c.nodes["a"], "g", l)
+	l.check(t, got)
+	checkOrder(t, got)
+	t.Logf("codes %v", l.codes)
+}
+
+// TestQuorumLost: with two of three replicas down, publishes are refused
+// with 0x83 within a bounded time, never acknowledged; the node stays up,
+// and serves again once a replica returns.
+func TestQuorumLost(t *testing.T) {
+	c := newCluster(t)
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	cl := dial(t, c.nodes["a"].mqtt, "producer", 64)
+	if code, err := cl.publish("$queue/orders", "k", message("k", 0)); err != nil || code != 0 {
+		t.Fatalf("publish: %#x %v", code, err)
+	}
+	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	c.nodes["b"].kill()
+	c.nodes["c"].kill()
+	refused := 0
+	for i := 1; i <= 5; i++ {
+		start := time.Now()
+		code, err := cl.publish("$queue/orders", "k", message("k", i))
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		if code == 0 {
+			t.Fatalf("publish %d acknowledged with two of three replicas down", i)
+		}
+		if code == 0x83 {
+			refused++
+		}
+		t.Logf("publish %d: %#x after %s", i, code, time.Since(start).Round(time.Millisecond))
+	}
+	if refused == 0 {
+		t.Errorf("no publish refused with 0x83")
+	}
+	c.start("b")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, err := cl.publish("$queue/orders", "k", message("k", 100))
+		if err == nil && code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no publish acknowledged 30s after a replica returned: %#x %v", code, err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -251,6 +252,10 @@ func (n *Node) SetAddrs(mqtt, http string) {
 func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (*queue.Queue, bool, error) {
 	if err := o.Validate(); err != nil {
 		return nil, false, err
+	}
+	if nodes := n.allowed(name); nodes != nil && o.ReplicationFactor > len(nodes) {
+		return nil, false, &queue.FieldError{Field: "replication_factor", Reason: fmt.Sprintf("is %d, more than the %d nodes the cluster's placement allows queue %s (%s)",
+			o.ReplicationFactor, len(nodes), name, strings.Join(nodes, ", "))}
 	}
 	key := n.keys.queue(name)
 	isNew := false

@@ -89,4 +89,17 @@ func (c *Config) validateCluster(fail func(path, reason string, err error)) {
 			}
 		}
 	}
+
+	// A replication factor that the placement of a queue cannot hold.
+	for i, r := range cl.Placement {
+		if rf := c.Queues.Defaults.ReplicationFactor; rf > len(r.Nodes) {
+			fail("queues.defaults.replication_factor", fmt.Sprintf("is %d, more than the %d nodes cluster.placement[%d] (%s) allows its queues", rf, len(r.Nodes), i, r.Queues), nil)
+		}
+	}
+	for name, o := range c.Queues.Declared {
+		nodes := c.PlacementFor(name)
+		if nodes != nil && o.ReplicationFactor > len(nodes) {
+			fail("queues.declared."+name+".replication_factor", fmt.Sprintf("is %d, more than the %d nodes cluster.placement allows the queue (%s)", o.ReplicationFactor, len(nodes), strings.Join(nodes, ", ")), nil)
+		}
+	}
 }

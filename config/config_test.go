@@ -1034,3 +1034,19 @@ func TestConfigPlacementFor(t *testing.T) {
 		t.Errorf("PlacementFor without rules = %q, want nil", got)
 	}
 }
+
+// TestReplicationFactorOverPlacement: a replication factor larger than the
+// nodes placement allows a queue is refused, naming the setting.
+func TestReplicationFactorOverPlacement(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "shardq.yaml")
+	yaml := "cluster:\n  etcd:\n    endpoints: [http://127.0.0.1:2379]\n  placement:\n    - queues: \"pinned-*\"\n      nodes: [a, b]\n" +
+		"queues:\n  declared:\n    pinned-1:\n      replication_factor: 3\n    free:\n      replication_factor: 3\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load([]string{"--config", file}, func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "queues.declared.pinned-1.replication_factor") || strings.Contains(err.Error(), "free") {
+		t.Fatalf("got %v", err)
+	}
+}
