@@ -30,6 +30,7 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 		Addr:        c.Addr,
 		Advertise:   c.Advertise,
 		LeaseTTL:    c.LeaseTTL,
+		RaftLogKeep: c.RaftLogKeep,
 		Logger:      b.log,
 		Metrics:     cluster.NewMetrics(b.registry, cfg.NodeID),
 		Admin:       b.peerAdmin(),

@@ -22,6 +22,7 @@ type Metrics struct {
 	elections prometheus.Counter
 	lag       *prometheus.GaugeVec
 	proposals prometheus.Histogram
+	copies    prometheus.Counter
 }
 
 // NewMetrics returns the cluster's metrics, registered on reg when it is
@@ -53,9 +54,11 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 		proposals: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardq_cluster_proposal_seconds",
 			Help: "Time from proposing a partition's write to raft to storing it committed.", ConstLabels: l,
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		copies: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_replica_copies_total",
+			Help: "Copies of a partition this leader sent to a replica its compacted raft log had left behind.", ConstLabels: l}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.elections, m.lag, m.proposals} {
+		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.elections, m.lag, m.proposals, m.copies} {
 			reg.MustRegister(c)
 		}
 	}

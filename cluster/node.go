@@ -58,6 +58,9 @@ type Options struct {
 	// RaftStore, when set, keeps the raft logs of replicated partitions;
 	// without it every partition has one replica.
 	RaftStore RaftStore
+	// RaftLogKeep is how many applied entries a replicated partition's
+	// raft log keeps for a replica behind; default 5000.
+	RaftLogKeep int
 	// QueueOptions returns the settings the config gives a queue (its
 	// replication factor decides whether its partitions are replicated).
 	QueueOptions func(name string) queue.Options
@@ -121,6 +124,9 @@ func New(o Options) (*Node, error) {
 	}
 	if o.MoveWait <= 0 {
 		o.MoveWait = 3 * time.Second
+	}
+	if o.RaftLogKeep <= 0 {
+		o.RaftLogKeep = 5000
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -70,9 +70,6 @@ const (
 	// raftSyncEvery is how often the applied writes are synced and the
 	// applied index recorded.
 	raftSyncEvery = 500 * time.Millisecond
-	// raftKeep is how many applied entries a group keeps for followers
-	// that lag behind.
-	raftKeep = 50000
 )
 
 // raftID is the raft id of a node.
@@ -101,6 +98,10 @@ type raftHost struct {
 	inbox  chan *pb.RaftMessage
 	wake   chan struct{}
 	nextID atomic.Uint64
+	// snaps are the copies sent to replicas that fell behind, as they end;
+	// sending marks the replicas (group/node) a copy is on its way to.
+	snaps   chan snapResult
+	sending map[string]bool
 	// leaving, once set, makes the driver hand leadership over to the
 	// live replicas it reports. Guarded by mu.
 	leaving func(string) bool
@@ -112,6 +113,7 @@ type raftHost struct {
 func newRaftHost(n *Node, store RaftStore) *raftHost {
 	return &raftHost{n: n, store: store, groups: map[string]*rgroup{}, partLogs: map[queue.PartitionID]*raftLog{},
 		senders: map[string]*raftSender{}, inbox: make(chan *pb.RaftMessage, 4096), wake: make(chan struct{}, 1),
+		snaps: make(chan snapResult, 64), sending: map[string]bool{},
 		proposer: n.opts.NodeID + "/" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 }
 
@@ -285,6 +287,8 @@ func (h *raftHost) run(ctx context.Context) {
 			h.expire()
 		case <-sync.C:
 			h.checkpoint()
+		case r := <-h.snaps:
+			h.snapDone(r)
 		case m := <-h.inbox:
 			h.step(m)
 			for drained := false; !drained; {
@@ -408,6 +412,9 @@ func (h *raftHost) ready() {
 	}
 	for _, it := range items {
 		g, rd := it.g, it.rd
+		if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+			h.installSnapshot(g, rd.Snapshot)
+		}
 		if len(rd.Entries) > 0 && g.leader {
 			h.persisted(g)
 		}
@@ -517,6 +524,10 @@ func (h *raftHost) send(g *rgroup, msgs []*rpb.Message) {
 		if node == "" {
 			continue
 		}
+		if m.GetType() == rpb.MessageType_MsgSnap {
+			h.sendSnapshot(g, node, m)
+			continue
+		}
 		data, err := proto.Marshal(m)
 		if err != nil {
 			continue
@@ -563,6 +574,7 @@ func (h *raftHost) apply(g *rgroup, ents []*rpb.Entry) {
 				continue
 			}
 			_, b := fromLogWrite(id, w)
+			b.Appends = l.skipStored(b.Appends)
 			l.inner.Append(0, nil, b, false, func(err error) {
 				h.storedOne(g, index)
 				if p != nil {
@@ -659,19 +671,23 @@ func (h *raftHost) checkpoint() {
 	}
 }
 
-// compact drops the entries every replica has and this node applied,
-// keeping raftKeep more for a replica that comes back.
+// compact drops the entries this node applied and synced but the last
+// RaftLogKeep, kept for a replica that comes back.
 func (h *raftHost) compact(g *rgroup) {
-	upTo := g.synced
-	if upTo <= raftKeep {
+	upTo, keep := g.synced, uint64(h.n.opts.RaftLogKeep)
+	if upTo <= keep {
 		return
 	}
-	upTo -= raftKeep
+	upTo -= keep
 	if upTo <= g.compacted {
 		return
 	}
 	term, err := g.ms.Term(upTo)
 	if err != nil {
+		return
+	}
+	// The point a replica behind it is sent a copy of the partition for.
+	if _, err := g.ms.CreateSnapshot(upTo, g.confState(), nil); err != nil {
 		return
 	}
 	if err := g.ms.Compact(upTo); err != nil {
@@ -823,3 +839,162 @@ func (r raftLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
 func (r raftLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
 func (r raftLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
 func (r raftLogger) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
+
+// confState is the group's configuration: its replicas, all voters.
+func (g *rgroup) confState() *rpb.ConfState {
+	voters := make([]uint64, 0, len(g.replicas))
+	for _, r := range g.replicas {
+		voters = append(voters, raftID(r))
+	}
+	return &rpb.ConfState{Voters: voters}
+}
+
+// A replica whose next entry the leader compacted away gets a copy of the
+// partition instead: the leader streams what it stores of the partition
+// (and of its dead-letter partition) with Import, then sends raft's
+// snapshot message, which carries no data. The replica's copy may be newer
+// than the snapshot's index: the entries it applies after it again only
+// set what the copy holds already, and appends below what it stores are
+// skipped.
+
+type snapResult struct {
+	g    *rgroup
+	node string
+	m    *rpb.Message
+	err  error
+}
+
+// sendSnapshot starts the copy for node, once at a time.
+func (h *raftHost) sendSnapshot(g *rgroup, node string, m *rpb.Message) {
+	key := g.name + "/" + node
+	if h.sending[key] {
+		return
+	}
+	h.sending[key] = true
+	go func() {
+		err := h.copyTo(g, node)
+		select {
+		case h.snaps <- snapResult{g: g, node: node, m: m, err: err}:
+		case <-h.n.ctx.Done():
+		}
+	}()
+}
+
+// snapDone sends raft's snapshot message after a copy, and tells raft how
+// it went; on the driver goroutine.
+func (h *raftHost) snapDone(r snapResult) {
+	delete(h.sending, r.g.name+"/"+r.node)
+	to := r.m.GetTo()
+	if r.err != nil {
+		h.n.log.Warn("copy for a replica behind failed", "group", r.g.name, "replica", r.node, "err", r.err)
+		r.g.rn.ReportSnapshot(to, raft.SnapshotFailure)
+		return
+	}
+	data, err := proto.Marshal(r.m)
+	if err != nil || !h.sender(r.node).send(&pb.RaftMessage{Group: r.g.name, Message: data}) {
+		r.g.rn.ReportSnapshot(to, raft.SnapshotFailure)
+		return
+	}
+	r.g.rn.ReportSnapshot(to, raft.SnapshotFinish)
+	h.n.Metrics().copies.Inc()
+	h.n.log.Info("replica behind sent a copy", "group", r.g.name, "replica", r.node, "index", r.m.GetSnapshot().GetMetadata().GetIndex())
+}
+
+// copyTo streams what this node stores of the group's partitions to node.
+func (h *raftHost) copyTo(g *rgroup, node string) error {
+	ctx, cancel := context.WithTimeout(h.n.ctx, 5*time.Minute)
+	defer cancel()
+	p, err := h.n.peer(node)
+	if err != nil {
+		return err
+	}
+	stream, err := p.client.Import(ctx)
+	if err != nil {
+		return err
+	}
+	for _, x := range pair(g.id) {
+		st, err := h.n.m.StoredState(x)
+		if err != nil {
+			return err
+		}
+		chunk := &pb.ImportChunk{Partition: &pb.PartitionID{Queue: x.Queue, Partition: int32(x.Partition)}, State: toPBState(st),
+			From: h.n.opts.NodeID, RaftSnapshot: true}
+		for from := st.First; ; {
+			msgs, err := h.n.m.ReadPartition(x, from, st.Next, importChunk)
+			if err != nil {
+				return err
+			}
+			for _, m := range msgs {
+				chunk.Messages = append(chunk.Messages, toPBMessage(m))
+			}
+			if len(msgs) > 0 {
+				from = msgs[len(msgs)-1].Offset + 1
+			}
+			done := len(msgs) < importChunk || from >= st.Next
+			chunk.Last = done
+			if err := stream.Send(chunk); err != nil {
+				return err
+			}
+			if done {
+				break
+			}
+			chunk = &pb.ImportChunk{Partition: chunk.Partition, From: h.n.opts.NodeID, RaftSnapshot: true}
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	return fromResult(resp.Result)
+}
+
+// importCopy writes a part of a copy from the leader into the local
+// storage of a replicated partition.
+func (h *raftHost) importCopy(ctx context.Context, id queue.PartitionID, st *queue.PartitionState, msgs []*queue.Message, last bool) error {
+	l := h.partLog(id)
+	if l == nil {
+		return fmt.Errorf("%w: %s is not replicated here", queue.ErrNoSuchQueue, id)
+	}
+	done := make(chan error, 1)
+	l.inner.Append(0, nil, queue.ImportBatch(id, st, msgs), last, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if st != nil {
+		l.next.Store(st.First)
+	}
+	for _, m := range msgs {
+		l.raiseNext(m.Offset + 1)
+	}
+	if st != nil && st.Next > l.next.Load() {
+		l.next.Store(st.Next)
+	}
+	return nil
+}
+
+// installSnapshot records raft's snapshot of a group: its data came with
+// the copy before it.
+func (h *raftHost) installSnapshot(g *rgroup, snap *rpb.Snapshot) {
+	meta := snap.GetMetadata()
+	if err := g.ms.ApplySnapshot(snap); err != nil {
+		h.n.log.Warn("installing a snapshot", "group", g.name, "err", err)
+		return
+	}
+	if err := h.store.Save([]RaftWrite{{Group: g.name, ConfState: meta.GetConfState(), Applied: meta.GetIndex()}}); err != nil {
+		h.n.log.Warn("recording a snapshot", "group", g.name, "err", err)
+	}
+	if err := h.store.Compact(g.name, meta.GetIndex(), meta.GetTerm()); err != nil {
+		h.n.log.Warn("recording a snapshot", "group", g.name, "err", err)
+	}
+	h.mu.Lock()
+	g.applying = nil
+	g.stored = max(g.stored, meta.GetIndex())
+	h.mu.Unlock()
+	g.synced = max(g.synced, meta.GetIndex())
+	g.compacted = max(g.compacted, meta.GetIndex())
+}

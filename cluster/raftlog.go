@@ -42,6 +42,9 @@ func (l *raftLogs) Log(id queue.PartitionID, committed func([]*queue.Message, er
 	// The local log under it stores what the group applies; its own
 	// completions are the raft log's business.
 	rl.inner = l.Logs.Log(id, func([]*queue.Message, error) {})
+	if _, next, err := rl.inner.Bounds(); err == nil {
+		rl.next.Store(next)
+	}
 	l.s.h.mu.Lock()
 	l.s.h.partLogs[id] = rl
 	l.s.h.mu.Unlock()
@@ -60,6 +63,31 @@ type raftLog struct {
 	// ackLeader: the queue's ack_policy is leader (kept current by the
 	// node's reconcile loop).
 	ackLeader atomic.Bool
+	// next is one past the highest offset stored here: an entry applied
+	// again after a copy from the leader skips what the copy held.
+	next atomic.Uint64
+}
+
+// skipStored drops the appends already stored and records the others.
+func (l *raftLog) skipStored(as []queue.Append) []queue.Append {
+	kept := as[:0]
+	for _, a := range as {
+		if a.Message.Offset < l.next.Load() {
+			continue
+		}
+		kept = append(kept, a)
+		l.raiseNext(a.Message.Offset + 1)
+	}
+	return kept
+}
+
+func (l *raftLog) raiseNext(n uint64) {
+	for {
+		cur := l.next.Load()
+		if n <= cur || l.next.CompareAndSwap(cur, n) {
+			return
+		}
+	}
 }
 
 func (l *raftLog) Fence(epoch uint64) error {

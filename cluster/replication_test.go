@@ -166,7 +166,9 @@ func TestLeaderPaused(t *testing.T) {
 // catches up when it returns: the leaders report it in sync, and with the
 // other replicas' nodes gone in turn it serves everything acknowledged.
 func TestFollowerCatchesUp(t *testing.T) {
-	c := newCluster(t)
+	// A short raft log: the replica that returns is behind its compacted
+	// part and gets a copy of each partition.
+	c := newCluster(t, "--config", configFile(t, "cluster:\n  raft_log_keep: 20\n"))
 	for _, id := range []string{"a", "b", "c"} {
 		c.start(id)
 	}
@@ -192,6 +194,13 @@ func TestFollowerCatchesUp(t *testing.T) {
 			t.Fatalf("c not in sync 30s after it came back")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	copies := 0.0
+	for _, id := range []string{"a", "b"} {
+		copies += c.nodes[id].metric(t, "shardq_cluster_replica_copies_total")
+	}
+	if copies == 0 {
+		t.Errorf("no copy sent: the test meant c to be behind the compacted logs")
 	}
 	// Its copy is whole: with b gone, a and c serve everything.
 	c.nodes["b"].kill()

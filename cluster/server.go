@@ -112,6 +112,15 @@ func (s *server) Import(stream pb.Node_ImportServer) error {
 		if c.State != nil {
 			st = fromPBState(c.State)
 		}
+		if c.RaftSnapshot {
+			if s.n.raft == nil {
+				return stream.SendAndClose(&pb.ImportResponse{Result: toResult(0, errors.New("cluster: this node keeps no replicas"))})
+			}
+			if err := s.n.raft.importCopy(ctx, id, st, msgs, c.Last); err != nil {
+				return stream.SendAndClose(&pb.ImportResponse{Result: toResult(0, err)})
+			}
+			continue
+		}
 		if err := s.n.m.ImportPartition(ctx, id, c.Epoch, st, msgs, c.Last); err != nil {
 			return stream.SendAndClose(&pb.ImportResponse{Result: toResult(0, err)})
 		}

@@ -36,6 +36,9 @@ func (c *Config) validateCluster(fail func(path, reason string, err error)) {
 			fail("cluster.advertise", reason, nil)
 		}
 	}
+	if cl.RaftLogKeep < 10 {
+		fail("cluster.raft_log_keep", fmt.Sprintf("must be at least 10, got %d", cl.RaftLogKeep), nil)
+	}
 	if d := cl.LeaseTTL; d < MinLeaseTTL || d > MaxLeaseTTL {
 		fail("cluster.lease_ttl", fmt.Sprintf("must be from %s to %s, got %s", MinLeaseTTL, MaxLeaseTTL, d), nil)
 	}

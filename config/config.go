@@ -62,6 +62,10 @@ type Cluster struct {
 	// etcd; a node that cannot renew its lease within it stops committing.
 	// Default 5s.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// RaftLogKeep is how many applied entries each replicated partition's
+	// raft log keeps in memory for a replica that falls behind; one
+	// further behind gets a copy of the partition. Default 5000.
+	RaftLogKeep int `yaml:"raft_log_keep"`
 }
 
 // Etcd is how the node reaches etcd, under cluster.etcd.
@@ -315,9 +319,10 @@ func Default() *Config {
 			MaxPayload:   1 << 20,
 		},
 		Cluster: Cluster{
-			Addr:     DefaultClusterAddr,
-			LeaseTTL: DefaultLeaseTTL,
-			Etcd:     Etcd{DialTimeout: DefaultDialTimeout, Prefix: DefaultEtcdPrefix},
+			Addr:        DefaultClusterAddr,
+			LeaseTTL:    DefaultLeaseTTL,
+			RaftLogKeep: 5000,
+			Etcd:        Etcd{DialTimeout: DefaultDialTimeout, Prefix: DefaultEtcdPrefix},
 		},
 	}
 }

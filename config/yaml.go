@@ -122,6 +122,7 @@ func (d *decoder) top() []field {
 			{"advertise", d.leaf(&c.Cluster.Advertise)},
 			{"placement", d.placement},
 			{"lease_ttl", d.leaf(&c.Cluster.LeaseTTL)},
+			{"raft_log_keep", d.leaf(&c.Cluster.RaftLogKeep)},
 		})},
 	}
 }

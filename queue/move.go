@@ -32,19 +32,10 @@ var ErrPartitionServed = errors.New("queue: partition is served here")
 // PartitionState reads the stored state of partition id, which must not be
 // served by this node.
 func (m *Manager) PartitionState(id PartitionID) (PartitionState, error) {
-	p, err := m.idle(id)
-	if err != nil {
+	if _, err := m.idle(id); err != nil {
 		return PartitionState{}, err
 	}
-	var st PartitionState
-	if st.First, st.Next, err = p.log.Bounds(); err != nil {
-		return st, err
-	}
-	if st.Groups, err = p.log.Groups(); err != nil {
-		return st, err
-	}
-	st.Dedups, err = p.log.Dedups()
-	return st, err
+	return m.StoredState(id)
 }
 
 // ReadPartition reads up to max stored messages of partition id from
@@ -67,11 +58,25 @@ func (m *Manager) ImportPartition(ctx context.Context, id PartitionID, epoch uin
 	if err != nil {
 		return err
 	}
-	b := new(Batch)
 	if st != nil {
 		if err := p.log.Fence(epoch); err != nil {
 			return err
 		}
+	}
+	b := ImportBatch(id, st, msgs)
+	if st != nil && st.Next > st.First && len(msgs) == 0 && last {
+		return fmt.Errorf("queue: importing %s: offsets %d to %d announced, none sent", id, st.First, st.Next)
+	}
+	return m.writeIdle(ctx, p, epoch, b, last)
+}
+
+// ImportBatch returns the writes that store a part of a partition copied
+// from another node: with st (the first part), everything stored of the
+// partition is erased first and st recorded; msgs are appended at their
+// offsets.
+func ImportBatch(id PartitionID, st *PartitionState, msgs []*Message) *Batch {
+	b := new(Batch)
+	if st != nil {
 		b.Erase = append(b.Erase, id)
 		if st.First > 0 {
 			b.Deletes = append(b.Deletes, RangeDelete{Queue: id.Queue, Partition: id.Partition, From: 0, To: st.First})
@@ -92,10 +97,25 @@ func (m *Manager) ImportPartition(ctx context.Context, id PartitionID, epoch uin
 	for _, msg := range msgs {
 		b.Appends = append(b.Appends, Append{Queue: id.Queue, Partition: id.Partition, Message: msg})
 	}
-	if st != nil && st.Next > st.First && len(msgs) == 0 && last {
-		return fmt.Errorf("queue: importing %s: offsets %d to %d announced, none sent", id, st.First, st.Next)
+	return b
+}
+
+// StoredState reads the stored state of partition id, served here or not:
+// a copy for a replica that fell behind.
+func (m *Manager) StoredState(id PartitionID) (PartitionState, error) {
+	p, err := m.partition(id)
+	if err != nil {
+		return PartitionState{}, err
 	}
-	return m.writeIdle(ctx, p, epoch, b, last)
+	var st PartitionState
+	if st.First, st.Next, err = p.log.Bounds(); err != nil {
+		return st, err
+	}
+	if st.Groups, err = p.log.Groups(); err != nil {
+		return st, err
+	}
+	st.Dedups, err = p.log.Dedups()
+	return st, err
 }
 
 // ErasePartition removes what this node stores of partition id, which

@@ -1355,13 +1355,16 @@ func (x *PartitionState) GetDedups() map[string]int64 {
 }
 
 type ImportChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Partition     *PartitionID           `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	State         *PartitionState        `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // first chunk of a partition only
-	Messages      []*Message             `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty"`
-	Last          bool                   `protobuf:"varint,5,opt,name=last,proto3" json:"last,omitempty"`
-	From          string                 `protobuf:"bytes,6,opt,name=from,proto3" json:"from,omitempty"` // the sending node id
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition *PartitionID           `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	State     *PartitionState        `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // first chunk of a partition only
+	Messages  []*Message             `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty"`
+	Last      bool                   `protobuf:"varint,5,opt,name=last,proto3" json:"last,omitempty"`
+	From      string                 `protobuf:"bytes,6,opt,name=from,proto3" json:"from,omitempty"` // the sending node id
+	// raft_snapshot: a copy for a replica whose raft log fell behind the
+	// leader's compacted log; written under the raft group, not served.
+	RaftSnapshot  bool `protobuf:"varint,7,opt,name=raft_snapshot,json=raftSnapshot,proto3" json:"raft_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1436,6 +1439,13 @@ func (x *ImportChunk) GetFrom() string {
 		return x.From
 	}
 	return ""
+}
+
+func (x *ImportChunk) GetRaftSnapshot() bool {
+	if x != nil {
+		return x.RaftSnapshot
+	}
+	return false
 }
 
 type ImportResponse struct {
@@ -2603,14 +2613,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06dedups\x18\x04 \x03(\v2-.shardq.cluster.v1.PartitionState.DedupsEntryR\x06dedups\x1a9\n" +
 	"\vDedupsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xfa\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9f\x02\n" +
 	"\vImportChunk\x12<\n" +
 	"\tpartition\x18\x01 \x01(\v2\x1e.shardq.cluster.v1.PartitionIDR\tpartition\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x127\n" +
 	"\x05state\x18\x03 \x01(\v2!.shardq.cluster.v1.PartitionStateR\x05state\x126\n" +
 	"\bmessages\x18\x04 \x03(\v2\x1a.shardq.cluster.v1.MessageR\bmessages\x12\x12\n" +
 	"\x04last\x18\x05 \x01(\bR\x04last\x12\x12\n" +
-	"\x04from\x18\x06 \x01(\tR\x04from\"C\n" +
+	"\x04from\x18\x06 \x01(\tR\x04from\x12#\n" +
+	"\rraft_snapshot\x18\a \x01(\bR\fraftSnapshot\"C\n" +
 	"\x0eImportResponse\x121\n" +
 	"\x06result\x18\x01 \x01(\v2\x19.shardq.cluster.v1.ResultR\x06result\"\xda\x01\n" +
 	"\rRoutedPublish\x12\x14\n" +
