@@ -21,19 +21,20 @@ import (
 func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 	c := cfg.Cluster
 	o := cluster.Options{
-		NodeID:      cfg.NodeID,
-		Endpoints:   c.Etcd.Endpoints,
-		Username:    c.Etcd.Username,
-		Password:    c.Etcd.Password,
-		DialTimeout: c.Etcd.DialTimeout,
-		Prefix:      c.Etcd.Prefix,
-		Addr:        c.Addr,
-		Advertise:   c.Advertise,
-		LeaseTTL:    c.LeaseTTL,
-		RaftLogKeep: c.RaftLogKeep,
-		Logger:      b.log,
-		Metrics:     cluster.NewMetrics(b.registry, cfg.NodeID),
-		Admin:       b.peerAdmin(),
+		NodeID:       cfg.NodeID,
+		Endpoints:    c.Etcd.Endpoints,
+		Username:     c.Etcd.Username,
+		Password:     c.Etcd.Password,
+		DialTimeout:  c.Etcd.DialTimeout,
+		Prefix:       c.Etcd.Prefix,
+		Addr:         c.Addr,
+		Advertise:    c.Advertise,
+		LeaseTTL:     c.LeaseTTL,
+		RaftLogKeep:  c.RaftLogKeep,
+		ReplaceAfter: c.ReplaceAfter,
+		Logger:       b.log,
+		Metrics:      cluster.NewMetrics(b.registry, cfg.NodeID),
+		Admin:        b.peerAdmin(),
 	}
 	if len(c.Placement) > 0 {
 		for i, r := range c.Placement {

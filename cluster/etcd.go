@@ -324,6 +324,13 @@ func (n *Node) watch() {
 }
 
 func (n *Node) changedView() {
+	n.mu.Lock()
+	for id := range n.gone {
+		if _, live := n.view.nodes[id]; live {
+			delete(n.gone, id)
+		}
+	}
+	n.mu.Unlock()
 	n.poke()
 	n.ownershipChanged()
 	n.refreshSubs()

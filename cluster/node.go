@@ -58,6 +58,9 @@ type Options struct {
 	// RaftStore, when set, keeps the raft logs of replicated partitions;
 	// without it every partition has one replica.
 	RaftStore RaftStore
+	// ReplaceAfter is how long a replica's node may be gone before the
+	// partition's leader replaces it with a live node; default 1m.
+	ReplaceAfter time.Duration
 	// RaftLogKeep is how many applied entries a replicated partition's
 	// raft log keeps for a replica behind; default 5000.
 	RaftLogKeep int
@@ -90,6 +93,7 @@ type Node struct {
 	subs    map[*remoteSub]struct{}    // consumers here with streams to peers
 	watched map[*queue.Credit]bool     // connections' credits watched for deliveries waiting
 	leases  sync.Map                   // leaseKey -> *remoteSub: remote leases of consumers here
+	gone    map[string]time.Time       // since when a replica's node is not a member
 	changed chan struct{}              // the view changed: reconcile
 	notify  chan struct{}              // closed and replaced when ownership changes here
 
@@ -128,6 +132,9 @@ func New(o Options) (*Node, error) {
 	if o.RaftLogKeep <= 0 {
 		o.RaftLogKeep = 5000
 	}
+	if o.ReplaceAfter <= 0 {
+		o.ReplaceAfter = time.Minute
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -135,7 +142,7 @@ func New(o Options) (*Node, error) {
 		o.Metrics = NewMetrics(nil, o.NodeID)
 	}
 	n := &Node{opts: o, log: o.Logger.With("component", "cluster"), keys: keys{o.Prefix},
-		peers: map[string]*peer{}, moving: map[queue.PartitionID]bool{}, subs: map[*remoteSub]struct{}{}, watched: map[*queue.Credit]bool{},
+		peers: map[string]*peer{}, moving: map[queue.PartitionID]bool{}, subs: map[*remoteSub]struct{}{}, watched: map[*queue.Credit]bool{}, gone: map[string]time.Time{},
 		changed: make(chan struct{}, 1), notify: make(chan struct{}), view: newView()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if o.RaftStore != nil {

@@ -6,6 +6,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"time"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
@@ -396,6 +398,64 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 	if epoch, owned := n.m.Owned(id); !owned || epoch != rec.Epoch {
 		n.acquire(id, rec.Epoch)
 	}
+	n.maintainReplicas(id, g, rec, allowed, rf)
+}
+
+// maintainReplicas, on a partition's leader: the record in etcd follows
+// the replicas raft applied; a replica whose node has been gone for
+// ReplaceAfter is removed, and a group with fewer replicas than its
+// replication factor gets the best-scored live node that is not one.
+func (n *Node) maintainReplicas(id queue.PartitionID, g *rgroup, rec Ownership, allowed []string, rf int) {
+	cur, ok := n.raft.replicas(g.name)
+	if !ok || len(cur) == 0 {
+		return
+	}
+	if !sameSet(cur, rec.Replicas) {
+		next := rec
+		next.Replicas = cur
+		key := n.keys.owner(id)
+		if _, _, err := n.writeOwnership(n.ctx, id, clientv3.Compare(clientv3.ModRevision(key), "=", rec.rev), next); err != nil {
+			n.log.Warn("recording a partition's replicas", "partition", id.String(), "err", err)
+		}
+		return
+	}
+	n.mu.Lock()
+	var gone []string
+	for _, r := range cur {
+		if since, ok := n.gone[r]; ok && time.Since(since) > n.opts.ReplaceAfter {
+			gone = append(gone, r)
+		} else if _, live := n.view.nodes[r]; !live && !ok {
+			n.gone[r] = time.Now()
+		}
+	}
+	var candidate string
+	if len(cur) < rf {
+		for _, node := range n.view.top(id, allowed, len(n.view.nodes)) {
+			if !slices.Contains(cur, node) {
+				candidate = node
+				break
+			}
+		}
+	}
+	n.mu.Unlock()
+	switch {
+	case len(gone) > 0 && len(cur) > 1:
+		n.raft.requestChange(g, false, gone[0])
+	case candidate != "":
+		n.raft.requestChange(g, true, candidate)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
 
 // top returns the live nodes placement allows with the highest

@@ -102,6 +102,8 @@ type raftHost struct {
 	// sending marks the replicas (group/node) a copy is on its way to.
 	snaps   chan snapResult
 	sending map[string]bool
+	// changes are replica changes the reconcile loop asks for.
+	changes chan confRequest
 	// leaving, once set, makes the driver hand leadership over to the
 	// live replicas it reports. Guarded by mu.
 	leaving func(string) bool
@@ -113,7 +115,7 @@ type raftHost struct {
 func newRaftHost(n *Node, store RaftStore) *raftHost {
 	return &raftHost{n: n, store: store, groups: map[string]*rgroup{}, partLogs: map[queue.PartitionID]*raftLog{},
 		senders: map[string]*raftSender{}, inbox: make(chan *pb.RaftMessage, 4096), wake: make(chan struct{}, 1),
-		snaps: make(chan snapResult, 64), sending: map[string]bool{},
+		snaps: make(chan snapResult, 64), sending: map[string]bool{}, changes: make(chan confRequest, 64),
 		proposer: n.opts.NodeID + "/" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 }
 
@@ -289,6 +291,8 @@ func (h *raftHost) run(ctx context.Context) {
 			h.checkpoint()
 		case r := <-h.snaps:
 			h.snapDone(r)
+		case r := <-h.changes:
+			h.proposeChange(r)
 		case m := <-h.inbox:
 			h.step(m)
 			for drained := false; !drained; {
@@ -542,6 +546,11 @@ func (h *raftHost) send(g *rgroup, msgs []*rpb.Message) {
 // proposals complete once stored.
 func (h *raftHost) apply(g *rgroup, ents []*rpb.Entry) {
 	for _, e := range ents {
+		if e.GetType() == rpb.EntryType_EntryConfChange {
+			h.applyChange(g, e)
+			h.markStored(g, e.GetIndex(), 0)
+			continue
+		}
 		if e.GetType() != rpb.EntryType_EntryNormal || len(e.GetData()) == 0 {
 			h.markStored(g, e.GetIndex(), 0)
 			continue
@@ -997,4 +1006,99 @@ func (h *raftHost) installSnapshot(g *rgroup, snap *rpb.Snapshot) {
 	h.mu.Unlock()
 	g.synced = max(g.synced, meta.GetIndex())
 	g.compacted = max(g.compacted, meta.GetIndex())
+}
+
+// Replica changes: the leader of a group replaces a replica whose node
+// has been gone for a while with a live node, and adds replicas to a
+// group that has fewer than its replication factor, one change at a time,
+// as raft configuration changes. The new replica starts from the initial
+// state every group shares and catches up by entries or, past the
+// compacted log, by a copy. The change's context names the node, so that
+// every replica learns its address.
+
+type confRequest struct {
+	g    *rgroup
+	add  bool
+	node string
+}
+
+// requestChange asks the driver to propose a replica change.
+func (h *raftHost) requestChange(g *rgroup, add bool, node string) {
+	select {
+	case h.changes <- confRequest{g: g, add: add, node: node}:
+	default:
+	}
+}
+
+func (h *raftHost) proposeChange(r confRequest) {
+	g := r.g
+	if !g.leader || g.rn.BasicStatus().LeadTransferee != 0 {
+		return
+	}
+	typ := rpb.ConfChangeType_ConfChangeRemoveNode
+	if r.add {
+		typ = rpb.ConfChangeType_ConfChangeAddNode
+	}
+	cc := &rpb.ConfChange{Type: &typ, NodeId: proto.Uint64(raftID(r.node)), Context: []byte(r.node)}
+	if err := g.rn.ProposeConfChange(cc); err != nil {
+		h.n.log.Warn("proposing a replica change", "group", g.name, "node", r.node, "add", r.add, "err", err)
+		return
+	}
+	h.n.log.Info("replica change proposed", "group", g.name, "node", r.node, "add", r.add)
+}
+
+// applyChange applies a committed replica change.
+func (h *raftHost) applyChange(g *rgroup, e *rpb.Entry) {
+	var cc rpb.ConfChange
+	if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+		h.n.log.Error("replica change undecodable", "group", g.name, "err", err)
+		return
+	}
+	cs := g.rn.ApplyConfChange(&cc)
+	node := string(cc.GetContext())
+	if cc.GetType() == rpb.ConfChangeType_ConfChangeRemoveNode && cc.GetNodeId() == raftID(h.n.opts.NodeID) {
+		// This node is no longer a replica: the group ends here.
+		h.mu.Lock()
+		delete(h.groups, g.name)
+		h.mu.Unlock()
+		g.isLeader.Store(false)
+		g.caughtUp.Store(false)
+		h.failGroup(g, notLeader(g))
+		if err := h.store.Drop(g.name); err != nil {
+			h.n.log.Warn("dropping a raft group", "group", g.name, "err", err)
+		}
+		h.n.log.Info("no longer a replica", "group", g.name)
+		h.n.poke()
+		return
+	}
+	h.mu.Lock()
+	switch cc.GetType() {
+	case rpb.ConfChangeType_ConfChangeAddNode:
+		if node != "" && !slices.Contains(g.replicas, node) {
+			g.replicas = append(slices.Clone(g.replicas), node)
+			g.nodes[cc.GetNodeId()] = node
+		}
+	case rpb.ConfChangeType_ConfChangeRemoveNode:
+		g.replicas = slices.DeleteFunc(slices.Clone(g.replicas), func(r string) bool { return raftID(r) == cc.GetNodeId() })
+	}
+	h.mu.Unlock()
+	if err := h.store.Save([]RaftWrite{{Group: g.name, ConfState: cs}}); err != nil {
+		h.n.log.Warn("recording a replica change", "group", g.name, "err", err)
+	}
+	h.n.log.Info("replicas changed", "group", g.name, "replicas", g.replicaList())
+	h.n.poke()
+}
+
+// replicaList returns the group's replicas as raft has them applied.
+func (g *rgroup) replicaList() []string { return slices.Clone(g.replicas) }
+
+// replicas returns the replicas of the group named, as applied here.
+func (h *raftHost) replicas(name string) ([]string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groups[name]
+	if g == nil {
+		return nil, false
+	}
+	return slices.Clone(g.replicas), true
 }

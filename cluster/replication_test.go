@@ -1,14 +1,19 @@
 package cluster_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Replication: three nodes, replication factor 3, ack_policy quorum (the
@@ -338,4 +343,70 @@ func TestQuorumLost(t *testing.T) {
 			t.Fatalf("no publish acknowledged 30s after a replica returned: %#x %v", code, err)
 		}
 	}
+}
+
+// TestReplicaReplaced: a replica's node stopped for good is replaced, by
+// each partition's leader, with the node that was no replica; the new
+// replica gets what the partition holds: with a second original replica
+// gone, the new one and the last serve every acknowledged message.
+func TestReplicaReplaced(t *testing.T) {
+	c := newCluster(t, "--config", configFile(t, "cluster:\n  replace_after: 2s\n  raft_log_keep: 20\n"))
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	stop := make(chan struct{})
+	l, done := c.produceAcross([]string{"a", "b"}, "p", 16, stop)
+	waitAcked(t, l, 300)
+	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	c.start("d")
+	c.nodes["c"].signal(syscall.SIGTERM)
+	c.nodes["c"].waitExit(t, 30*time.Second)
+	// Every partition: c replaced by d.
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		ok := true
+		for _, r := range c.replicas("orders") {
+			ok = ok && len(r) == 3 && !slices.Contains(r, "c") && slices.Contains(r, "d")
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas not replaced 40s after c left: %v", c.replicas("orders"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitAcked(t, l, l.ackedCount()+200)
+	close(stop)
+	<-done
+	c.nodes["b"].kill()
+	c.waitFailover("orders", 8, "b", time.Now(), 20*time.Second)
+	got := consumeAll(t, c.nodes["d"], "g", l)
+	l.check(t, got)
+	checkOrder(t, got)
+}
+
+// replicas reads each partition's replicas from etcd.
+func (c *testCluster) replicas(queue string) map[int][]string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	prefix := "/shardq/owners/" + queue + "/"
+	resp, err := c.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[int][]string{}
+	for _, kv := range resp.Kvs {
+		p, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), prefix))
+		if err != nil {
+			continue
+		}
+		var o struct {
+			Replicas []string `json:"replicas"`
+		}
+		_ = json.Unmarshal(kv.Value, &o)
+		out[p] = o.Replicas
+	}
+	return out
 }

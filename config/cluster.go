@@ -7,6 +7,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 )
 
 // PlacementFor returns the ids of the nodes that may own the partitions of
@@ -35,6 +36,9 @@ func (c *Config) validateCluster(fail func(path, reason string, err error)) {
 		if reason := checkAddr(cl.Advertise); reason != "" {
 			fail("cluster.advertise", reason, nil)
 		}
+	}
+	if cl.ReplaceAfter < time.Second {
+		fail("cluster.replace_after", fmt.Sprintf("must be at least 1s, got %s", cl.ReplaceAfter), nil)
 	}
 	if cl.RaftLogKeep < 10 {
 		fail("cluster.raft_log_keep", fmt.Sprintf("must be at least 10, got %d", cl.RaftLogKeep), nil)

@@ -66,6 +66,10 @@ type Cluster struct {
 	// raft log keeps in memory for a replica that falls behind; one
 	// further behind gets a copy of the partition. Default 5000.
 	RaftLogKeep int `yaml:"raft_log_keep"`
+	// ReplaceAfter is how long a replica's node may be out of the cluster
+	// before each partition's leader replaces it with a live node (a node
+	// stopped for good, or failed). Default 1m.
+	ReplaceAfter time.Duration `yaml:"replace_after"`
 }
 
 // Etcd is how the node reaches etcd, under cluster.etcd.
@@ -319,10 +323,11 @@ func Default() *Config {
 			MaxPayload:   1 << 20,
 		},
 		Cluster: Cluster{
-			Addr:        DefaultClusterAddr,
-			LeaseTTL:    DefaultLeaseTTL,
-			RaftLogKeep: 5000,
-			Etcd:        Etcd{DialTimeout: DefaultDialTimeout, Prefix: DefaultEtcdPrefix},
+			Addr:         DefaultClusterAddr,
+			LeaseTTL:     DefaultLeaseTTL,
+			RaftLogKeep:  5000,
+			ReplaceAfter: time.Minute,
+			Etcd:         Etcd{DialTimeout: DefaultDialTimeout, Prefix: DefaultEtcdPrefix},
 		},
 	}
 }

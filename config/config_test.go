@@ -761,7 +761,7 @@ cluster:
 			{Queues: "orders-*", Nodes: []string{"node-a", "node-b"}},
 			{Queues: "*", Nodes: []string{"node-c"}},
 		},
-		LeaseTTL: 10 * time.Second, RaftLogKeep: 5000,
+		LeaseTTL: 10 * time.Second, RaftLogKeep: 5000, ReplaceAfter: time.Minute,
 	}
 	if !reflect.DeepEqual(c.Cluster, want) {
 		t.Errorf("cluster =\n%+v\nwant\n%+v", c.Cluster, want)
@@ -904,7 +904,7 @@ func TestConfigClusterErrors(t *testing.T) {
 			want: []string{"cluster.etcd.ca: " + client.KeyFile + " holds no PEM certificate"}},
 		{name: "unknown cluster key",
 			file: etcd + "  peers: [a]\n",
-			want: []string{"shardq.yaml:4: cluster.peers: unknown setting (known here: etcd, addr, advertise, placement, lease_ttl, raft_log_keep)"}},
+			want: []string{"shardq.yaml:4: cluster.peers: unknown setting (known here: etcd, addr, advertise, placement, lease_ttl, raft_log_keep, replace_after)"}},
 		{name: "unknown etcd key",
 			file: etcd + "    endpoint: http://a:2379\n",
 			want: []string{"shardq.yaml:4: cluster.etcd.endpoint: unknown setting"}},

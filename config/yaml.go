@@ -123,6 +123,7 @@ func (d *decoder) top() []field {
 			{"placement", d.placement},
 			{"lease_ttl", d.leaf(&c.Cluster.LeaseTTL)},
 			{"raft_log_keep", d.leaf(&c.Cluster.RaftLogKeep)},
+			{"replace_after", d.leaf(&c.Cluster.ReplaceAfter)},
 		})},
 	}
 }
