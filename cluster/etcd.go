@@ -66,7 +66,11 @@ type Ownership struct {
 	// Replicas are the nodes keeping a replicated partition, fixed when it
 	// is first claimed; empty for a partition with one replica.
 	Replicas []string `json:"replicas,omitempty"`
-	rev      int64    // the key's mod revision
+	// Term is the raft term of the leader that claimed a replicated
+	// partition: a leader of an older term, paused or cut off, may not
+	// claim it back.
+	Term uint64 `json:"term,omitempty"`
+	rev  int64  // the key's mod revision
 }
 
 // view is the node's copy of the cluster's keys, kept by the watch.
@@ -461,9 +465,17 @@ func (n *Node) claim(ctx context.Context, id queue.PartitionID, prev *Ownership,
 	if prev != nil {
 		next.Epoch = prev.Epoch + 1
 		next.Replicas = prev.Replicas
+		next.Term = prev.Term
 		cmp = clientv3.Compare(clientv3.ModRevision(key), "=", prev.rev)
 	}
 	return n.writeOwnership(ctx, id, cmp, next)
+}
+
+// claimLeader records this node, raft leader of id in term, as its owner
+// with the next epoch, if the record is still prev.
+func (n *Node) claimLeader(ctx context.Context, id queue.PartitionID, prev Ownership, session int64, term uint64) (Ownership, bool, error) {
+	next := Ownership{Owner: n.opts.NodeID, Epoch: prev.Epoch + 1, Session: session, Replicas: prev.Replicas, Term: term}
+	return n.writeOwnership(ctx, id, clientv3.Compare(clientv3.ModRevision(n.keys.owner(id)), "=", prev.rev), next)
 }
 
 // createReplicated records a new replicated partition: its replicas, no

@@ -385,8 +385,14 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		}
 		return
 	}
-	if rec.Owner != self || rec.Session != session {
-		o, ok, err := n.claim(n.ctx, id, &rec, self, session)
+	term := g.leaderTerm.Load()
+	if rec.Term > term {
+		// Claimed by the leader of a later term: this node's leadership
+		// is stale (it was paused or cut off); raft tells it soon.
+		return
+	}
+	if rec.Owner != self || rec.Session != session || rec.Term != term {
+		o, ok, err := n.claimLeader(n.ctx, id, rec, session, term)
 		if err != nil || !ok {
 			if err != nil {
 				n.log.Warn("claiming a partition this node leads", "partition", id.String(), "err", err)
@@ -396,7 +402,17 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		rec = o
 	}
 	if epoch, owned := n.m.Owned(id); !owned || epoch != rec.Epoch {
+		if owned && g.servedTerm.Load() != term {
+			// Served since an earlier term: others appended since; read
+			// it again from storage.
+			for _, x := range pair(id) {
+				ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+				_ = n.m.Release(ctx, x)
+				cancel()
+			}
+		}
 		n.acquire(id, rec.Epoch)
+		g.servedTerm.Store(term)
 	}
 	n.maintainReplicas(id, g, rec, allowed, rf)
 }

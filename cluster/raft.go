@@ -156,6 +156,10 @@ type rgroup struct {
 	// stored here. Read by the reconcile loop.
 	caughtUp atomic.Bool
 	isLeader atomic.Bool
+	// leaderTerm is the term this node leads in (while isLeader);
+	// servedTerm the term the partition was last acquired in here.
+	leaderTerm atomic.Uint64
+	servedTerm atomic.Uint64
 }
 
 type applyMark struct {
@@ -444,6 +448,9 @@ func (h *raftHost) softState(g *rgroup, ss *raft.SoftState) {
 		return
 	}
 	g.leader = leader
+	if leader {
+		g.leaderTerm.Store(g.rn.BasicStatus().GetTerm())
+	}
 	g.isLeader.Store(leader)
 	if !leader {
 		g.caughtUp.Store(false)
@@ -580,6 +587,13 @@ func (h *raftHost) apply(g *rgroup, ents []*rpb.Entry) {
 				if p != nil {
 					p.finish(fmt.Errorf("%w: %s", queue.ErrNoSuchQueue, id))
 				}
+				continue
+			}
+			if p != nil && p.msg != nil && p.msg.Offset < l.next.Load() {
+				// Never acknowledge a message whose offset is taken.
+				h.n.log.Error("a replicated append below what is stored", "partition", id.String(), "offset", p.msg.Offset, "stored_next", l.next.Load())
+				h.storedOne(g, index)
+				p.finish(fmt.Errorf("%w: offset %d of %s is taken", queue.ErrStorage, p.msg.Offset, id))
 				continue
 			}
 			_, b := fromLogWrite(id, w)

@@ -146,6 +146,15 @@ func TestLeaderPaused(t *testing.T) {
 	took := c.waitFailover("orders", 8, victim, paused, 20*time.Second)
 	n := total(ledgers)
 	waitTotal(t, ledgers, n+100)
+	// Past its lease too: it resumes as a node that lost its membership,
+	// still believing it leads (the case of a stale leader claiming back).
+	deadline := time.Now().Add(15 * time.Second)
+	for c.member(victim) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still a member 15s after it was paused", victim)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	c.nodes[victim].signal(syscall.SIGCONT)
 	c.nodes[victim].waitReady(t, 30*time.Second)
 	waitTotal(t, ledgers, total(ledgers)+100)

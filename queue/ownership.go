@@ -50,6 +50,15 @@ func (m *Manager) acquire(p *partition, epoch uint64) error {
 		q.unlockAll()
 		return err
 	}
+	if p.owned {
+		// Served here already, under an older epoch: the same owner goes
+		// on under the new one, with what it holds in memory (its appends
+		// in flight among it). A caller that wants the partition read
+		// again from storage releases it first.
+		p.epoch = epoch
+		q.unlockAll()
+		return nil
+	}
 	crashed, err := p.loadLocked(epoch)
 	q.unlockAll()
 	if err != nil {
