@@ -10,7 +10,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # PLATFORMS are the GOOS/GOARCH pairs `make cross` builds, without cgo.
 PLATFORMS ?= linux/amd64 linux/arm64
 
-.PHONY: all build cross test bench bench-compare fuzz lint verify clean
+.PHONY: all build cross test bench bench-compare fuzz lint verify clean proto
 
 all: build
 
@@ -27,6 +27,16 @@ cross:
 
 test:
 	$(GO) test -race -timeout 20m ./...
+
+# proto regenerates cluster/clusterpb from cluster.proto: protoc (Debian's
+# protobuf-compiler) and the Go plugins, at the versions of the checked-in
+# code, installed into $(PROTO_BIN).
+PROTO_BIN ?= $(CURDIR)/bin/proto
+proto:
+	GOBIN=$(PROTO_BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	GOBIN=$(PROTO_BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
+	cd cluster/clusterpb && PATH=$(PROTO_BIN):$$PATH protoc --go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative cluster.proto
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5s ./bench/... ./broker/...

@@ -69,6 +69,8 @@
 //	    overflow: reject    # reject | drop-oldest
 //	    dedup_window: 2m
 //	    max_delay: 0        # longest delay/deliver-at; 0: the queue's max_age
+//	    replication_factor: 0   # 1 to 5; 0: 3 in a cluster, 1 on a single node
+//	    ack_policy: quorum  # quorum | leader
 //	  auto_create: true
 //	  declared:
 //	    orders:             # 1 to 128 characters of A-Z a-z 0-9 _ . -
@@ -118,6 +120,8 @@
 //	  addr: 127.0.0.1:8991  # gRPC listener, dialled by the other nodes
 //	  advertise: ""         # the address they dial when not addr (0.0.0.0, NAT)
 //	  lease_ttl: 5s         # 1s to 60s; a node that cannot renew its lease stops committing
+//	  raft_log_keep: 5000   # applied raft entries kept per replicated partition
+//	  replace_after: 1m     # a replica's node gone this long is replaced
 //	  placement:            # first match wins; a queue no rule matches: any node
 //	    - {queues: "orders-*", nodes: [node-a, node-b]}
 //

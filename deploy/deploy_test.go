@@ -175,6 +175,14 @@ func TestDeployComposeNodesStart(t *testing.T) {
 				t.Errorf("data dir %s: want a volume of its own, got %q", cfg.DataDir, data)
 			}
 			volumes[data] = true
+			// One cluster: every node on the compose file's etcd, dialed
+			// by its service name.
+			if !cfg.Clustered() || cfg.Cluster.Etcd.Endpoints[0] != "http://etcd:2379" {
+				t.Errorf("etcd %v: want the etcd service", cfg.Cluster.Etcd.Endpoints)
+			}
+			if host, _, _ := net.SplitHostPort(cfg.Cluster.Advertise); host != name {
+				t.Errorf("cluster.advertise %q: want the node's service name", cfg.Cluster.Advertise)
+			}
 			published := map[string]bool{}
 			for _, p := range s.Ports {
 				published[p[strings.LastIndexByte(p, ':')+1:]] = true
