@@ -575,3 +575,22 @@ func configFile(t testing.TB, yaml string) string {
 	}
 	return f
 }
+
+// TestPartitionCountDisagreement: a node whose config declares a queue
+// with another partition count than the cluster's refuses to start and
+// says so; the cluster's queue is left as it is.
+func TestPartitionCountDisagreement(t *testing.T) {
+	c := newCluster(t)
+	c.start("a", "--config", configFile(t, "queues:\n  declared:\n    orders:\n      partitions: 8\n"))
+	c.waitOwned("orders", 8, 10*time.Second, "a")
+	b := &node{id: "b", dir: t.TempDir(), mqtt: freeAddr(t), http: freeAddr(t), grpc: freeAddr(t)}
+	c.nodes["b"] = b
+	b.launch(t, c, []string{"--config", configFile(t, "queues:\n  declared:\n    orders:\n      partitions: 4\n")})
+	b.waitExit(t, 30*time.Second)
+	if code := b.cmd.ProcessState.ExitCode(); code == 0 || !strings.Contains(b.logTail(), "has 8 partitions in the cluster, this node's config says 4") {
+		t.Errorf("exit %d:\n%s", code, b.logTail())
+	}
+	if got := len(c.owners("orders")); got != 8 {
+		t.Errorf("the cluster's queue has %d partitions now", got)
+	}
+}
