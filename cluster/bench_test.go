@@ -2,9 +2,11 @@ package cluster_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -151,6 +153,7 @@ func BenchmarkFailover(b *testing.B) {
 		untilInSync(b, c, "orders", id, 30*time.Second)
 	}
 	var took []time.Duration
+	var kills []string
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		victim := c.mostOwned("orders")
@@ -164,7 +167,7 @@ func BenchmarkFailover(b *testing.B) {
 		c.nodes[victim].kill()
 		d := c.waitFailover("orders", 8, victim, killed, 30*time.Second)
 		took = append(took, d)
-		b.Logf("kill %d: %s led %d partitions, new owners after %s", i+1, victim, led, d.Round(time.Millisecond))
+		kills = append(kills, fmt.Sprintf("%s (%d led) %s", victim, led, d.Round(time.Millisecond)))
 		// The survivors take publishes.
 		untilAcked(b, ledgers, total(ledgers)+100, 20*time.Second)
 		c.start(victim)
@@ -178,11 +181,15 @@ func BenchmarkFailover(b *testing.B) {
 	}
 	got := drainOrders(b, c, "g", ledgers...)
 	lost := 0
+	var codes []string
 	for _, l := range ledgers {
 		lost += l.lost(got)
 		l.check(b, got)
-		b.Logf("producer codes %v, %d errors", l.codes, l.errs)
+		codes = append(codes, fmt.Sprintf("%v, %d errors", l.codes, l.errs))
 	}
+	// One line each: a benchmark's log is cut after 10 lines.
+	b.Logf("kills: %s", strings.Join(kills, "; "))
+	b.Logf("producers: %s", strings.Join(codes, "; "))
 	slices.Sort(took)
 	q := func(p float64) float64 { return took[int(float64(len(took)-1)*p)].Seconds() }
 	b.ReportMetric(q(0.5), "failover-p50-s")
@@ -214,7 +221,7 @@ func untilAcked(tb testing.TB, ls []*ledger, n int, within time.Duration) {
 func untilInSync(tb testing.TB, c *testCluster, queue, node string, within time.Duration) {
 	tb.Helper()
 	deadline := time.Now().Add(within)
-	for !inSync(c, queue, node) {
+	for !replicaInSync(c, queue, node) {
 		if time.Now().After(deadline) {
 			tb.Fatalf("%s not in sync on every partition of %s within %s", node, queue, within)
 		}
@@ -222,9 +229,9 @@ func untilInSync(tb testing.TB, c *testCluster, queue, node string, within time.
 	}
 }
 
-// inSync asks each partition's owner whether node is among its in-sync
-// replicas.
-func inSync(c *testCluster, queue, node string) bool {
+// replicaInSync asks each partition's owner whether node is among its
+// in-sync replicas.
+func replicaInSync(c *testCluster, queue, node string) bool {
 	for _, o := range c.owners(queue) {
 		owner := c.nodes[o.Owner]
 		if owner == nil {

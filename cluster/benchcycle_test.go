@@ -60,13 +60,13 @@ func BenchmarkReplicatedCycle(b *testing.B) {
 			for i := range cmp.A {
 				b.Logf("round %d: cluster %s, single %s, ratio %s", i+1, cmp.A[i], cmp.B[i], ratioText(cmp.Ratios[i]))
 			}
-			b.ReportMetric(median(cmp.A, func(r cycleResult) float64 { return *r.Throughput }), "cluster-msgs/s")
-			b.ReportMetric(median(cmp.B, func(r cycleResult) float64 { return *r.Throughput }), "single-msgs/s")
-			b.ReportMetric(median(cmp.Ratios, func(r *float64) float64 { return *r }), "ratio")
-			b.ReportMetric(median(cmp.A, func(r cycleResult) float64 { return r.PubAckP50Ms }), "cluster-puback-p50-ms")
-			b.ReportMetric(median(cmp.A, func(r cycleResult) float64 { return r.PubAckP99Ms }), "cluster-puback-p99-ms")
-			b.ReportMetric(median(cmp.B, func(r cycleResult) float64 { return r.PubAckP50Ms }), "single-puback-p50-ms")
-			b.ReportMetric(median(cmp.B, func(r cycleResult) float64 { return r.PubAckP99Ms }), "single-puback-p99-ms")
+			b.ReportMetric(medianOf(cmp.A, func(r cycleResult) float64 { return *r.Throughput }), "cluster-msgs/s")
+			b.ReportMetric(medianOf(cmp.B, func(r cycleResult) float64 { return *r.Throughput }), "single-msgs/s")
+			b.ReportMetric(medianOf(cmp.Ratios, func(r *float64) float64 { return *r }), "ratio")
+			b.ReportMetric(medianOf(cmp.A, func(r cycleResult) float64 { return r.PubAckP50Ms }), "cluster-puback-p50-ms")
+			b.ReportMetric(medianOf(cmp.A, func(r cycleResult) float64 { return r.PubAckP99Ms }), "cluster-puback-p99-ms")
+			b.ReportMetric(medianOf(cmp.B, func(r cycleResult) float64 { return r.PubAckP50Ms }), "single-puback-p50-ms")
+			b.ReportMetric(medianOf(cmp.B, func(r cycleResult) float64 { return r.PubAckP99Ms }), "single-puback-p99-ms")
 		})
 	}
 }
@@ -96,9 +96,9 @@ func (r cycleResult) String() string {
 		return r.Status
 	}
 	return strings.Join([]string{
-		ftoa(*r.Throughput, 0) + " msgs/s",
-		"puback p50 " + ftoa(r.PubAckP50Ms, 3) + " p99 " + ftoa(r.PubAckP99Ms, 3) + " ms",
-		"e2e p99 " + ftoa(r.E2EP99Ms, 3) + " ms",
+		fmtFloat(*r.Throughput, 0) + " msgs/s",
+		"puback p50 " + fmtFloat(r.PubAckP50Ms, 3) + " p99 " + fmtFloat(r.PubAckP99Ms, 3) + " ms",
+		"e2e p99 " + fmtFloat(r.E2EP99Ms, 3) + " ms",
 	}, ", ")
 }
 
@@ -158,8 +158,8 @@ func startSingle(tb testing.TB, cfg string) *node {
 	return n
 }
 
-// median is the median of f over vs.
-func median[T any](vs []T, f func(T) float64) float64 {
+// medianOf is the median of f over vs.
+func medianOf[T any](vs []T, f func(T) float64) float64 {
 	var s []float64
 	for _, v := range vs {
 		s = append(s, f(v))
@@ -178,7 +178,7 @@ func ratioText(r *float64) string {
 	if r == nil {
 		return "-"
 	}
-	return ftoa(*r, 3)
+	return fmtFloat(*r, 3)
 }
 
-func ftoa(f float64, prec int) string { return strconv.FormatFloat(f, 'f', prec, 64) }
+func fmtFloat(f float64, prec int) string { return strconv.FormatFloat(f, 'f', prec, 64) }

@@ -119,7 +119,7 @@ func (c *testCluster) start(id string, extra ...string) *node {
 func (n *node) launch(t testing.TB, c *testCluster, extra []string) {
 	t.Helper()
 	args := []string{"serve", "--data-dir", n.dir, "--mqtt", n.mqtt, "--http", n.http, "--ws", "",
-		"--node-id", n.id, "--etcd", c.etcd, "--cluster-addr", n.grpc, "--log-level", "debug"}
+		"--node-id", n.id, "--etcd", c.etcd, "--cluster-addr", n.grpc, "--log-level", "info"}
 	args = append(append(args, c.extra...), extra...)
 	n.cmd = exec.Command(shardqBinary(t), args...)
 	f, err := os.OpenFile(filepath.Join(n.dir, "..", n.id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)

@@ -311,7 +311,10 @@ func (h *raftHost) run(ctx context.Context) {
 		}
 		h.transfer()
 		h.propose()
-		h.ready()
+		// A Ready can leave another at once (a group of one voter commits
+		// what it just stored): go on until none is left.
+		for i := 0; i < 8 && h.ready(); i++ {
+		}
 	}
 }
 
@@ -383,8 +386,9 @@ func notLeader(g *rgroup) error {
 	return fmt.Errorf("%w: %s: this node is not its leader", queue.ErrNotOwned, g.name)
 }
 
-// ready stores, sends and applies what every group has ready.
-func (h *raftHost) ready() {
+// ready stores, sends and applies what every group has ready; it reports
+// whether there was anything.
+func (h *raftHost) ready() bool {
 	type item struct {
 		g  *rgroup
 		rd raft.Ready
@@ -406,7 +410,7 @@ func (h *raftHost) ready() {
 		}
 	}
 	if len(items) == 0 {
-		return
+		return false
 	}
 	if len(writes) > 0 {
 		if err := h.store.Save(writes); err != nil {
@@ -415,7 +419,7 @@ func (h *raftHost) ready() {
 			for _, it := range items {
 				h.failGroup(it.g, fmt.Errorf("%w: raft log: %v", queue.ErrStorage, err))
 			}
-			return
+			return false
 		}
 	}
 	for _, it := range items {
@@ -440,6 +444,7 @@ func (h *raftHost) ready() {
 		g.rn.Advance(rd)
 		h.updateCaughtUp(g)
 	}
+	return true
 }
 
 func (h *raftHost) softState(g *rgroup, ss *raft.SoftState) {

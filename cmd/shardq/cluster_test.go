@@ -120,7 +120,9 @@ func TestClusterDev(t *testing.T) {
 		}
 	}
 	for _, p := range st.Partitions {
-		if !slices.Contains(ids, p.Owner) || p.Epoch < 1 || !slices.Equal(p.Replicas, []string{p.Owner}) || !slices.Equal(p.InSync, []string{p.Owner}) {
+		// Replicated on every node (replication factor 3, the default of
+		// a cluster), owned by one of them.
+		if !slices.Contains(ids, p.Owner) || p.Epoch < 1 || len(p.Replicas) != 3 || !slices.Contains(p.Replicas, p.Owner) || !slices.Contains(p.InSync, p.Owner) {
 			t.Errorf("partition %+v", p)
 		}
 	}
