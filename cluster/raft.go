@@ -143,6 +143,8 @@ type rgroup struct {
 	leader    bool
 	term      uint64
 	applying  []applyMark // entries handed to storage, not yet stored
+	// hsTerm and hsVote are the term and vote last written to the log.
+	hsTerm, hsVote uint64
 	stored    uint64      // every entry up to it is stored locally
 	synced    uint64      // applied index last recorded
 	compacted uint64
@@ -390,8 +392,9 @@ func notLeader(g *rgroup) error {
 // whether there was anything.
 func (h *raftHost) ready() bool {
 	type item struct {
-		g  *rgroup
-		rd raft.Ready
+		g    *rgroup
+		rd   raft.Ready
+		sent bool
 	}
 	var items []item
 	var writes []RaftWrite
@@ -400,11 +403,23 @@ func (h *raftHost) ready() bool {
 			continue
 		}
 		rd := g.rn.Ready()
-		items = append(items, item{g, rd})
+		it := item{g: g, rd: rd}
 		w := RaftWrite{Group: g.name, Entries: rd.Entries}
-		if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
-			w.HardState = rd.HardState
+		hs := rd.HardState
+		if hs != nil && !raft.IsEmptyHardState(hs) {
+			w.HardState = hs
 		}
+		// A leader's appends go out while its own log is written: the
+		// answers are read after the write, so nothing commits before the
+		// leader's disk has it too. Not so when its term or vote changed.
+		if g.leader && (w.HardState == nil || (hs.GetTerm() == g.hsTerm && hs.GetVote() == g.hsVote)) {
+			h.send(g, rd.Messages)
+			it.sent = true
+		}
+		if w.HardState != nil {
+			g.hsTerm, g.hsVote = hs.GetTerm(), hs.GetVote()
+		}
+		items = append(items, it)
 		if w.HardState != nil || len(w.Entries) > 0 {
 			writes = append(writes, w)
 		}
@@ -424,6 +439,9 @@ func (h *raftHost) ready() bool {
 	}
 	for _, it := range items {
 		g, rd := it.g, it.rd
+		if !it.sent {
+			h.send(g, rd.Messages)
+		}
 		if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 			h.installSnapshot(g, rd.Snapshot)
 		}
@@ -436,7 +454,6 @@ func (h *raftHost) ready() bool {
 		if w := rd.HardState; w != nil && !raft.IsEmptyHardState(w) {
 			_ = g.ms.SetHardState(w)
 		}
-		h.send(g, rd.Messages)
 		h.apply(g, rd.CommittedEntries)
 		if rd.SoftState != nil {
 			h.softState(g, rd.SoftState)
