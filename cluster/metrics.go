@@ -23,6 +23,7 @@ type Metrics struct {
 	lag       *prometheus.GaugeVec
 	proposals prometheus.Histogram
 	copies    prometheus.Counter
+	logWrite  prometheus.Histogram
 }
 
 // NewMetrics returns the cluster's metrics, registered on reg when it is
@@ -54,11 +55,14 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 		proposals: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardq_cluster_proposal_seconds",
 			Help: "Time from proposing a partition's write to raft to storing it committed.", ConstLabels: l,
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		logWrite: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "shardq_cluster_raft_log_write_seconds",
+			Help: "Time to write and sync one batch of raft entries of every group of this node.", ConstLabels: l,
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		copies: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_replica_copies_total",
 			Help: "Copies of a partition this leader sent to a replica its compacted raft log had left behind.", ConstLabels: l}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.elections, m.lag, m.proposals, m.copies} {
+		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.elections, m.lag, m.proposals, m.copies, m.logWrite} {
 			reg.MustRegister(c)
 		}
 	}

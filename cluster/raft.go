@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -104,19 +105,25 @@ type raftHost struct {
 	sending map[string]bool
 	// changes are replica changes the reconcile loop asks for.
 	changes chan confRequest
+	// checkpoints brings back the checkpoints run beside the driver;
+	// checkpointing is set while one runs (driver goroutine).
+	checkpoints   chan checkpointDone
+	checkpointing bool
 	// leaving, once set, makes the driver hand leadership over to the
 	// live replicas it reports. Guarded by mu.
 	leaving func(string) bool
-	// proposer names this run of the node in the entries it proposes, so
-	// that an entry of an earlier run is never taken for one of this run.
-	proposer string
+	// token names this run of the node in the entries it proposes, so
+	// that an entry of an earlier run is never taken for one of this run;
+	// entrySeq numbers them (driver goroutine).
+	token    uint64
+	entrySeq uint64
 }
 
 func newRaftHost(n *Node, store RaftStore) *raftHost {
 	return &raftHost{n: n, store: store, groups: map[string]*rgroup{}, partLogs: map[queue.PartitionID]*raftLog{},
 		senders: map[string]*raftSender{}, inbox: make(chan *pb.RaftMessage, 4096), wake: make(chan struct{}, 1),
-		snaps: make(chan snapResult, 64), sending: map[string]bool{}, changes: make(chan confRequest, 64),
-		proposer: n.opts.NodeID + "/" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+		snaps: make(chan snapResult, 64), sending: map[string]bool{}, changes: make(chan confRequest, 64), checkpoints: make(chan checkpointDone, 1),
+		token: uint64(time.Now().UnixNano()) ^ raftID(n.opts.NodeID)}
 }
 
 func (h *raftHost) poke() {
@@ -138,6 +145,9 @@ type rgroup struct {
 	// Guarded by raftHost.mu.
 	pending  []*proposal
 	inflight map[uint64]*proposal
+	// proposed holds the proposals of each entry this leader proposed,
+	// by its number, until it is applied.
+	proposed map[uint64][]*proposal
 
 	// Driver goroutine only.
 	leader    bool
@@ -258,6 +268,7 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*rgroup
 		return nil, fmt.Errorf("cluster: raft group %s: %w", name, err)
 	}
 	g = &rgroup{name: name, id: id, rn: rn, ms: ms, replicas: replicas, nodes: nodes, inflight: map[uint64]*proposal{},
+		proposed: map[uint64][]*proposal{},
 		stored: applied, synced: applied}
 	h.mu.Lock()
 	if existing := h.groups[name]; existing != nil {
@@ -295,6 +306,8 @@ func (h *raftHost) run(ctx context.Context) {
 			h.expire()
 		case <-sync.C:
 			h.checkpoint()
+		case c := <-h.checkpoints:
+			h.checkpointed(c)
 		case r := <-h.snaps:
 			h.snapDone(r)
 		case r := <-h.changes:
@@ -362,13 +375,16 @@ func (h *raftHost) propose() {
 			h.fail(ps, notLeader(g))
 			continue
 		}
-		e := &pb.RaftEntry{Proposer: h.proposer}
+		e := &pb.RaftEntry{}
 		for _, p := range ps {
 			w := toLogWrite(p.log.id, p.epoch, p.msg, p.state)
 			w.Id = p.id
 			e.Writes = append(e.Writes, w)
 		}
-		data, err := proto.Marshal(e)
+		h.entrySeq++
+		seq := h.entrySeq
+		data := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{entryTag}, h.token), seq)
+		data, err := proto.MarshalOptions{}.MarshalAppend(data, e)
 		if err == nil {
 			err = g.rn.Propose(data)
 		}
@@ -380,6 +396,7 @@ func (h *raftHost) propose() {
 		for _, p := range ps {
 			g.inflight[p.id] = p
 		}
+		g.proposed[seq] = ps
 		h.mu.Unlock()
 	}
 }
@@ -428,7 +445,10 @@ func (h *raftHost) ready() bool {
 		return false
 	}
 	if len(writes) > 0 {
-		if err := h.store.Save(writes); err != nil {
+		start := time.Now()
+		err := h.store.Save(writes)
+		h.n.Metrics().logWrite.Observe(time.Since(start).Seconds())
+		if err != nil {
 			// Nothing may be sent or applied that is not on disk.
 			h.n.log.Error("raft log write failed", "err", err)
 			for _, it := range items {
@@ -584,53 +604,95 @@ func (h *raftHost) apply(g *rgroup, ents []*rpb.Entry) {
 			h.markStored(g, e.GetIndex(), 0)
 			continue
 		}
+		index := e.GetIndex()
+		token, seq, body, ok := entryHeader(e.GetData())
+		if ok && token == h.token {
+			// This run's own entry: its proposals hold the writes; no
+			// decoding.
+			h.mu.Lock()
+			ps := g.proposed[seq]
+			delete(g.proposed, seq)
+			live := make([]bool, len(ps))
+			for i, p := range ps {
+				_, live[i] = g.inflight[p.id]
+				delete(g.inflight, p.id)
+			}
+			h.mu.Unlock()
+			if ps != nil {
+				h.markStored(g, index, len(ps))
+				for i, p := range ps {
+					b := new(queue.Batch)
+					if p.msg != nil {
+						b.Appends = append(b.Appends, queue.Append{Queue: p.log.id.Queue, Partition: p.log.id.Partition, Message: p.msg})
+					}
+					if p.state != nil {
+						b.Merge(p.state)
+					}
+					var own *proposal
+					if live[i] {
+						own = p
+					}
+					h.store1(g, index, p.log.id, own, b)
+				}
+				continue
+			}
+		}
 		var re pb.RaftEntry
-		if err := proto.Unmarshal(e.GetData(), &re); err != nil {
-			h.n.log.Error("raft entry undecodable", "group", g.name, "index", e.GetIndex(), "err", err)
-			h.markStored(g, e.GetIndex(), 0)
+		if err := proto.Unmarshal(body, &re); err != nil {
+			h.n.log.Error("raft entry undecodable", "group", g.name, "index", index, "err", err)
+			h.markStored(g, index, 0)
 			continue
 		}
-		mine := re.Proposer == h.proposer
-		h.markStored(g, e.GetIndex(), len(re.Writes))
-		index := e.GetIndex()
+		h.markStored(g, index, len(re.Writes))
 		for _, w := range re.Writes {
 			id := queue.PartitionID{Queue: w.Queue, Partition: g.id.Partition}
-			var p *proposal
-			if mine {
-				h.mu.Lock()
-				p = g.inflight[w.Id]
-				delete(g.inflight, w.Id)
-				h.mu.Unlock()
-			}
-			l := h.partLog(id)
-			if l == nil {
-				h.n.log.Error("raft entry for a partition not built here", "partition", id.String())
-				h.storedOne(g, index)
-				if p != nil {
-					p.finish(fmt.Errorf("%w: %s", queue.ErrNoSuchQueue, id))
-				}
-				continue
-			}
-			if p != nil && p.msg != nil && p.msg.Offset < l.next.Load() {
-				// Never acknowledge a message whose offset is taken.
-				h.n.log.Error("a replicated append below what is stored", "partition", id.String(), "offset", p.msg.Offset, "stored_next", l.next.Load())
-				h.storedOne(g, index)
-				p.finish(fmt.Errorf("%w: offset %d of %s is taken", queue.ErrStorage, p.msg.Offset, id))
-				continue
-			}
 			_, b := fromLogWrite(id, w)
-			b.Appends = l.skipStored(b.Appends)
-			l.inner.Append(0, nil, b, false, func(err error) {
-				h.storedOne(g, index)
-				if p != nil {
-					if err == nil {
-						h.n.Metrics().proposals.Observe(time.Since(p.at).Seconds())
-					}
-					p.finish(err)
-				}
-			})
+			h.store1(g, index, id, nil, b)
 		}
 	}
+}
+
+// store1 stores one write of entry index in partition id's local log;
+// own, when set, is the proposal of this node it completes.
+func (h *raftHost) store1(g *rgroup, index uint64, id queue.PartitionID, own *proposal, b *queue.Batch) {
+	l := h.partLog(id)
+	if l == nil {
+		h.n.log.Error("raft entry for a partition not built here", "partition", id.String())
+		h.storedOne(g, index)
+		if own != nil {
+			own.finish(fmt.Errorf("%w: %s", queue.ErrNoSuchQueue, id))
+		}
+		return
+	}
+	if own != nil && own.msg != nil && own.msg.Offset < l.next.Load() {
+		// Never acknowledge a message whose offset is taken.
+		h.n.log.Error("a replicated append below what is stored", "partition", id.String(), "offset", own.msg.Offset, "stored_next", l.next.Load())
+		h.storedOne(g, index)
+		own.finish(fmt.Errorf("%w: offset %d of %s is taken", queue.ErrStorage, own.msg.Offset, id))
+		return
+	}
+	b.Appends = l.skipStored(b.Appends)
+	l.inner.Append(0, nil, b, false, func(err error) {
+		h.storedOne(g, index)
+		if own != nil {
+			if err == nil {
+				h.n.Metrics().proposals.Observe(time.Since(own.at).Seconds())
+			}
+			own.finish(err)
+		}
+	})
+}
+
+// entryTag starts the data of an entry of writes: the tag, the token of
+// the run that proposed it and its number in that run, then the encoded
+// RaftEntry.
+const entryTag = 0xA1
+
+func entryHeader(data []byte) (token, seq uint64, body []byte, ok bool) {
+	if len(data) < 17 || data[0] != entryTag {
+		return 0, 0, data, false
+	}
+	return binary.BigEndian.Uint64(data[1:9]), binary.BigEndian.Uint64(data[9:17]), data[17:], true
 }
 
 // markStored records that entry index has n writes to store.
@@ -687,6 +749,9 @@ func (h *raftHost) partLog(id queue.PartitionID) *raftLog {
 // checkpoint syncs the local writes applied so far and records the
 // applied index of each group, then compacts their logs.
 func (h *raftHost) checkpoint() {
+	if h.checkpointing {
+		return
+	}
 	gs := h.all()
 	if len(gs) == 0 {
 		return
@@ -697,21 +762,43 @@ func (h *raftHost) checkpoint() {
 		stored[i] = g.stored
 	}
 	h.mu.Unlock()
-	h.logs.SyncAsync()
 	var ws []RaftWrite
 	for i, g := range gs {
 		if stored[i] > g.synced {
 			ws = append(ws, RaftWrite{Group: g.name, Applied: stored[i]})
 		}
 	}
-	if len(ws) > 0 {
-		if err := h.store.Save(ws); err != nil {
-			h.n.log.Warn("recording applied raft indexes", "err", err)
-			return
+	// The syncs run beside the driver: a sync of the partitions' storage
+	// takes milliseconds, and the driver's commits wait for nothing of it.
+	h.checkpointing = true
+	go func() {
+		h.logs.SyncAsync()
+		var err error
+		if len(ws) > 0 {
+			err = h.store.Save(ws)
 		}
+		select {
+		case h.checkpoints <- checkpointDone{gs: gs, stored: stored, err: err}:
+		case <-h.n.ctx.Done():
+		}
+	}()
+}
+
+type checkpointDone struct {
+	gs     []*rgroup
+	stored []uint64
+	err    error
+}
+
+// checkpointed records a checkpoint and compacts; on the driver goroutine.
+func (h *raftHost) checkpointed(c checkpointDone) {
+	h.checkpointing = false
+	if c.err != nil {
+		h.n.log.Warn("recording applied raft indexes", "err", c.err)
+		return
 	}
-	for i, g := range gs {
-		g.synced = max(g.synced, stored[i])
+	for i, g := range c.gs {
+		g.synced = max(g.synced, c.stored[i])
 		h.compact(g)
 	}
 }
@@ -771,6 +858,8 @@ func (h *raftHost) failGroup(g *rgroup, err error) {
 		ps = append(ps, p)
 	}
 	clear(g.inflight)
+	// Entries of this node committed later are decoded as anyone's.
+	clear(g.proposed)
 	h.mu.Unlock()
 	slices.SortFunc(ps, func(a, b *proposal) int {
 		if a.id < b.id {
