@@ -150,14 +150,14 @@ type rgroup struct {
 	proposed map[uint64][]*proposal
 
 	// Driver goroutine only.
-	leader    bool
-	term      uint64
-	applying  []applyMark // entries handed to storage, not yet stored
+	leader   bool
+	term     uint64
+	applying []applyMark // entries handed to storage, not yet stored
 	// hsTerm and hsVote are the term and vote last written to the log.
 	hsTerm, hsVote uint64
-	stored    uint64      // every entry up to it is stored locally
-	synced    uint64      // applied index last recorded
-	compacted uint64
+	stored         uint64 // every entry up to it is stored locally
+	synced         uint64 // applied index last recorded
+	compacted      uint64
 
 	// inSync: the replicas within raftInSyncLag entries of the leader's
 	// log, as the leader saw them at its last tick (nil: not the leader).
@@ -269,7 +269,7 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*rgroup
 	}
 	g = &rgroup{name: name, id: id, rn: rn, ms: ms, replicas: replicas, nodes: nodes, inflight: map[uint64]*proposal{},
 		proposed: map[uint64][]*proposal{},
-		stored: applied, synced: applied}
+		stored:   applied, synced: applied}
 	h.mu.Lock()
 	if existing := h.groups[name]; existing != nil {
 		h.mu.Unlock()
