@@ -73,7 +73,7 @@ var rules = []rule{
 		forbidden: []string{mod("hooks/..."), mod("broker/..."), mod("cluster/..."), mod("config/..."), mochi, paho, pahoV3, etcd, grpc},
 	},
 	{
-		name:      "storage/raftlog keeps the raft log on badger",
+		name:      "storage/raftlog keeps the raft log in files: raft's messages and protobuf only",
 		pkgs:      mod("storage/raftlog/..."),
 		internal:  []string{},
 		external:  []string{badger, raftpb, protobuf},
