@@ -60,7 +60,7 @@ func publishLatency(b *testing.B, c *testCluster, ids ...string) {
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		time.Sleep(2 * time.Second)
 		now := c.waitOwned("lat", 1, 10*time.Second, ids...)
-		if now[0] == owned[0] {
+		if now[0].Owner == owned[0].Owner && now[0].Epoch == owned[0].Epoch {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -193,6 +193,19 @@ func TestSIGTERMHandsOver(t *testing.T) {
 	checkOrder(t, got)
 }
 
+// threeUnderLoad starts nodes a, b and c and a producer on a, and returns
+// once it has 200 messages acknowledged.
+func (c *testCluster) threeUnderLoad(stop <-chan struct{}) (*node, *ledger, <-chan struct{}) {
+	t := c.t.(*testing.T)
+	a := c.start("a")
+	c.start("b")
+	c.start("c")
+	prod := dial(t, a.mqtt, "producer", 64)
+	l, done := produce(prod, "$queue/orders", 16, stop)
+	waitAcked(t, l, 200)
+	return a, l, done
+}
+
 // waitAcked waits until the ledger holds n acknowledged messages.
 func waitAcked(t *testing.T, l *ledger, n int) {
 	t.Helper()
@@ -210,13 +223,8 @@ func waitAcked(t *testing.T, l *ledger, n int) {
 // partitions are all consumed after the move.
 func TestJoinMovesOnlyItsShare(t *testing.T) {
 	c := newCluster(t, "--config", configFile(t, rf1))
-	a := c.start("a")
-	c.start("b")
-	c.start("c")
-	prod := dial(t, a.mqtt, "producer", 64)
 	stop := make(chan struct{})
-	l, done := produce(prod, "$queue/orders", 16, stop)
-	waitAcked(t, l, 200)
+	_, l, done := c.threeUnderLoad(stop)
 	before := c.waitOwned("orders", 8, 10*time.Second, "a", "b", "c")
 	d := c.start("d")
 	// The partitions d wins move to it; wait until it owns some and every
@@ -489,13 +497,8 @@ func partitionOf(t *testing.T, p *paho.Publish) int {
 // refuses the start and names the rule.
 func TestPlacement(t *testing.T) {
 	c := newCluster(t, "--config", configFile(t, rf1))
-	a := c.start("a")
-	c.start("b")
-	c.start("c")
-	prod := dial(t, a.mqtt, "producer", 64)
 	stop := make(chan struct{})
-	l, done := produce(prod, "$queue/orders", 16, stop)
-	waitAcked(t, l, 200)
+	a, l, done := c.threeUnderLoad(stop)
 	c.waitOwned("orders", 8, 10*time.Second, "a", "b", "c")
 
 	cn := c.nodes["c"]

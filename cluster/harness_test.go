@@ -207,8 +207,9 @@ func (n *node) waitExit(t testing.TB, within time.Duration) {
 
 // ownership is a partition's record in etcd.
 type ownership struct {
-	Owner string `json:"owner"`
-	Epoch uint64 `json:"epoch"`
+	Owner    string   `json:"owner"`
+	Epoch    uint64   `json:"epoch"`
+	Replicas []string `json:"replicas"`
 }
 
 // owners reads the owners of the queue's partitions from etcd.
@@ -429,16 +430,7 @@ func produceKeys(cl *client, topic, prefix string, keys int, stop <-chan struct{
 				key := prefix + strconv.Itoa(k)
 				payload := message(key, i)
 				code, err := cl.publish(topic, key, payload)
-				l.mu.Lock()
-				if err != nil {
-					l.errs++
-				} else {
-					l.codes[code]++
-					if code == 0 {
-						l.acked[string(payload)] = true
-					}
-				}
-				l.mu.Unlock()
+				l.record(payload, code, err)
 			}
 		}
 	}()
@@ -476,16 +468,7 @@ func (c *testCluster) produceAcross(nodes []string, prefix string, keys int, sto
 				key := prefix + strconv.Itoa(k)
 				payload := message(key, i)
 				code, err := cl.publish("$queue/orders", key, payload)
-				l.mu.Lock()
-				if err != nil {
-					l.errs++
-				} else {
-					l.codes[code]++
-					if code == 0 {
-						l.acked[string(payload)] = true
-					}
-				}
-				l.mu.Unlock()
+				l.record(payload, code, err)
 				if err != nil {
 					_ = cl.c.Disconnect(&paho.Disconnect{})
 					cl = nil
@@ -511,6 +494,20 @@ func tryDial(addr, id string) *client {
 		return nil
 	}
 	return cl
+}
+
+// record notes how the publish of payload was answered.
+func (l *ledger) record(payload []byte, code byte, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.errs++
+		return
+	}
+	l.codes[code]++
+	if code == 0 {
+		l.acked[string(payload)] = true
+	}
 }
 
 func (l *ledger) ackedCount() int {

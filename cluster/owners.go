@@ -282,43 +282,7 @@ func (n *Node) handover(id queue.PartitionID, rec Ownership, target string) erro
 		return err
 	}
 	epoch := rec.Epoch + 1
-	stream, err := p.client.Import(ctx)
-	if err != nil {
-		return err
-	}
-	for _, x := range pair(id) {
-		st, err := n.m.PartitionState(x)
-		if err != nil {
-			return err
-		}
-		chunk := &pb.ImportChunk{Partition: &pb.PartitionID{Queue: x.Queue, Partition: int32(x.Partition)}, Epoch: epoch, State: toPBState(st), From: n.opts.NodeID}
-		for from := st.First; ; {
-			msgs, err := n.m.ReadPartition(x, from, st.Next, importChunk)
-			if err != nil {
-				return err
-			}
-			for _, m := range msgs {
-				chunk.Messages = append(chunk.Messages, toPBMessage(m))
-			}
-			if len(msgs) > 0 {
-				from = msgs[len(msgs)-1].Offset + 1
-			}
-			done := len(msgs) < importChunk || from >= st.Next
-			chunk.Last = done
-			if err := stream.Send(chunk); err != nil {
-				return err
-			}
-			if done {
-				break
-			}
-			chunk = &pb.ImportChunk{Partition: chunk.Partition, Epoch: epoch, From: n.opts.NodeID}
-		}
-	}
-	resp, err := stream.CloseAndRecv()
-	if err != nil {
-		return err
-	}
-	if err := fromResult(resp.Result); err != nil {
+	if err := n.copyPartition(ctx, p, id, epoch, false); err != nil {
 		return err
 	}
 	n.mu.Lock()
@@ -494,4 +458,53 @@ func (v *view) top(id queue.PartitionID, allowed []string, k int) []string {
 		return strings.Compare(a, b)
 	})
 	return nodes[:min(k, len(nodes))]
+}
+
+// copyPartition streams what this node stores of partition id and its
+// dead-letter partition to peer p with Import: for a move under epoch
+// (the partitions must be released here), or (raftSnapshot) as a copy for
+// a replica its raft log left behind.
+func (n *Node) copyPartition(ctx context.Context, p *peer, id queue.PartitionID, epoch uint64, raftSnapshot bool) error {
+	stream, err := p.client.Import(ctx)
+	if err != nil {
+		return err
+	}
+	for _, x := range pair(id) {
+		read := n.m.PartitionState
+		if raftSnapshot {
+			read = n.m.StoredState
+		}
+		st, err := read(x)
+		if err != nil {
+			return err
+		}
+		chunk := &pb.ImportChunk{Partition: &pb.PartitionID{Queue: x.Queue, Partition: int32(x.Partition)}, Epoch: epoch,
+			State: toPBState(st), From: n.opts.NodeID, RaftSnapshot: raftSnapshot}
+		for from := st.First; ; {
+			msgs, err := n.m.ReadPartition(x, from, st.Next, importChunk)
+			if err != nil {
+				return err
+			}
+			for _, m := range msgs {
+				chunk.Messages = append(chunk.Messages, toPBMessage(m))
+			}
+			if len(msgs) > 0 {
+				from = msgs[len(msgs)-1].Offset + 1
+			}
+			done := len(msgs) < importChunk || from >= st.Next
+			chunk.Last = done
+			if err := stream.Send(chunk); err != nil {
+				return err
+			}
+			if done {
+				break
+			}
+			chunk = &pb.ImportChunk{Partition: chunk.Partition, Epoch: epoch, From: n.opts.NodeID, RaftSnapshot: raftSnapshot}
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	return fromResult(resp.Result)
 }

@@ -1042,44 +1042,7 @@ func (h *raftHost) copyTo(g *rgroup, node string) error {
 	if err != nil {
 		return err
 	}
-	stream, err := p.client.Import(ctx)
-	if err != nil {
-		return err
-	}
-	for _, x := range pair(g.id) {
-		st, err := h.n.m.StoredState(x)
-		if err != nil {
-			return err
-		}
-		chunk := &pb.ImportChunk{Partition: &pb.PartitionID{Queue: x.Queue, Partition: int32(x.Partition)}, State: toPBState(st),
-			From: h.n.opts.NodeID, RaftSnapshot: true}
-		for from := st.First; ; {
-			msgs, err := h.n.m.ReadPartition(x, from, st.Next, importChunk)
-			if err != nil {
-				return err
-			}
-			for _, m := range msgs {
-				chunk.Messages = append(chunk.Messages, toPBMessage(m))
-			}
-			if len(msgs) > 0 {
-				from = msgs[len(msgs)-1].Offset + 1
-			}
-			done := len(msgs) < importChunk || from >= st.Next
-			chunk.Last = done
-			if err := stream.Send(chunk); err != nil {
-				return err
-			}
-			if done {
-				break
-			}
-			chunk = &pb.ImportChunk{Partition: chunk.Partition, From: h.n.opts.NodeID, RaftSnapshot: true}
-		}
-	}
-	resp, err := stream.CloseAndRecv()
-	if err != nil {
-		return err
-	}
-	return fromResult(resp.Result)
+	return h.n.copyPartition(ctx, p, g.id, 0, true)
 }
 
 // importCopy writes a part of a copy from the leader into the local

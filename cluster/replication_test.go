@@ -1,19 +1,11 @@
 package cluster_test
 
 import (
-	"context"
-	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Replication: three nodes, replication factor 3, ack_policy quorum (the
@@ -60,21 +52,9 @@ func (c *testCluster) waitFailover(queue string, partitions int, node string, si
 // seconds (logged: the failover figures are measured by the benchmark).
 func TestLeaderKilled(t *testing.T) {
 	c := newCluster(t)
-	for _, id := range []string{"a", "b", "c"} {
-		c.start(id)
-	}
 	// Producers on every node, so that some always survive.
 	stop := make(chan struct{})
-	var ledgers []*ledger
-	var dones []<-chan struct{}
-	for i, id := range []string{"a", "b", "c"} {
-		order := []string{"a", "b", "c", "a", "b"}[i : i+3]
-		l, done := c.produceAcross(order, id, 8, stop)
-		ledgers = append(ledgers, l)
-		dones = append(dones, done)
-	}
-	waitAcked(t, ledgers[0], 100)
-	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	ledgers, dones := c.underLoad(stop)
 	var took []time.Duration
 	for kill := 0; kill < 3; kill++ {
 		victim := c.mostOwned("orders")
@@ -98,6 +78,32 @@ func TestLeaderKilled(t *testing.T) {
 		t.Logf("codes %v", l.codes)
 	}
 	checkOrder(t, got)
+}
+
+// underLoad starts nodes a, b and c with a producer on each, and returns
+// once the queue's partitions are owned and messages acknowledged.
+func (c *testCluster) underLoad(stop <-chan struct{}) ([]*ledger, []<-chan struct{}) {
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	ledgers, dones := c.produceFromAll(stop)
+	waitAcked(c.t.(*testing.T), ledgers[0], 100)
+	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	return ledgers, dones
+}
+
+// produceFromAll starts a producer on each of a, b and c, each going on
+// through the next node when its own goes.
+func (c *testCluster) produceFromAll(stop <-chan struct{}) ([]*ledger, []<-chan struct{}) {
+	var ledgers []*ledger
+	var dones []<-chan struct{}
+	for i, id := range []string{"a", "b", "c"} {
+		order := []string{"a", "b", "c", "a", "b"}[i : i+3]
+		l, done := c.produceAcross(order, id, 8, stop)
+		ledgers = append(ledgers, l)
+		dones = append(dones, done)
+	}
+	return ledgers, dones
 }
 
 func total(ls []*ledger) int {
@@ -125,20 +131,8 @@ func waitTotal(t *testing.T, ls []*ledger, n int) {
 // accepted meanwhile, and no acknowledged message is lost.
 func TestLeaderPaused(t *testing.T) {
 	c := newCluster(t)
-	for _, id := range []string{"a", "b", "c"} {
-		c.start(id)
-	}
 	stop := make(chan struct{})
-	var ledgers []*ledger
-	var dones []<-chan struct{}
-	for i, id := range []string{"a", "b", "c"} {
-		order := []string{"a", "b", "c", "a", "b"}[i : i+3]
-		l, done := c.produceAcross(order, id, 8, stop)
-		ledgers = append(ledgers, l)
-		dones = append(dones, done)
-	}
-	waitAcked(t, ledgers[0], 100)
-	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	ledgers, dones := c.underLoad(stop)
 	victim := c.mostOwned("orders")
 	before := c.owners("orders")
 	c.nodes[victim].signal(syscall.SIGSTOP)
@@ -201,7 +195,7 @@ func TestFollowerCatchesUp(t *testing.T) {
 	// In sync, as every partition's leader sees it.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if inSyncEverywhere(t, c, "orders", "c") {
+		if replicaInSync(c, "orders", "c") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -222,40 +216,6 @@ func TestFollowerCatchesUp(t *testing.T) {
 	got := consumeAll(t, c.nodes["c"], "g", l)
 	l.check(t, got)
 	checkOrder(t, got)
-}
-
-// inSyncEverywhere asks each partition's owner whether node is in sync.
-func inSyncEverywhere(t *testing.T, c *testCluster, queue, node string) bool {
-	t.Helper()
-	for _, o := range c.owners(queue) {
-		owner := c.nodes[o.Owner]
-		if owner == nil {
-			return false
-		}
-		resp, err := http.Get("http://" + owner.http + "/api/v1/cluster")
-		if err != nil {
-			return false
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var st struct {
-			Partitions []struct {
-				Queue     string   `json:"queue"`
-				Partition int      `json:"partition"`
-				Owner     string   `json:"owner"`
-				InSync    []string `json:"in_sync"`
-			} `json:"partitions"`
-		}
-		if json.Unmarshal(body, &st) != nil {
-			return false
-		}
-		for _, p := range st.Partitions {
-			if p.Queue == queue && p.Owner == o.Owner && !slices.Contains(p.InSync, node) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // dumpNodes makes every node of the test print its goroutines into its
@@ -398,23 +358,8 @@ func TestReplicaReplaced(t *testing.T) {
 // replicas reads each partition's replicas from etcd.
 func (c *testCluster) replicas(queue string) map[int][]string {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	prefix := "/shardq/owners/" + queue + "/"
-	resp, err := c.cli.Get(ctx, prefix, clientv3.WithPrefix())
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	out := map[int][]string{}
-	for _, kv := range resp.Kvs {
-		p, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), prefix))
-		if err != nil {
-			continue
-		}
-		var o struct {
-			Replicas []string `json:"replicas"`
-		}
-		_ = json.Unmarshal(kv.Value, &o)
+	for p, o := range c.owners(queue) {
 		out[p] = o.Replicas
 	}
 	return out

@@ -289,13 +289,7 @@ queues:
 }
 
 func TestConfigErrors(t *testing.T) {
-	tests := []struct {
-		name  string
-		flags []string
-		env   map[string]string
-		file  string // written to a file passed with --config when not ""
-		want  []string
-	}{
+	tests := []errorCase{
 		{name: "bad duration",
 			file: "queues:\n  defaults:\n    ack_timeout: 10x\n",
 			want: []string{"shardq.yaml:3: queues.defaults.ack_timeout:", `"10x"`}},
@@ -420,29 +414,7 @@ func TestConfigErrors(t *testing.T) {
 			file: "storage:\n  shards: -1\n  ring_size: 1\nqueues:\n  defaults:\n    ordering: fifo\n",
 			want: []string{"storage.shards:", "storage.ring_size:", "queues.defaults.ordering:"}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			args := tc.flags
-			if tc.file != "" {
-				args = append([]string{"--config", writeConfig(t, tc.file)}, args...)
-			}
-			c, err := Load(args, env(tc.env))
-			if err == nil {
-				t.Fatalf("Load succeeded, want an error containing %q", tc.want)
-			}
-			if c != nil {
-				t.Errorf("Load returned a config with its error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not contain %q", err, w)
-				}
-			}
-			if _, ok := errors.AsType[*Error](err); !ok {
-				t.Errorf("error %q is not a *config.Error", err)
-			}
-		})
-	}
+	runErrorCases(t, tests)
 }
 
 func TestConfigErrorFields(t *testing.T) {
@@ -834,13 +806,7 @@ func TestConfigClusterErrors(t *testing.T) {
 	ca := testcert.NewCA(t, dir, "ca")
 	client := ca.Client(t, dir, "node-a")
 	const etcd = "cluster:\n  etcd:\n    endpoints: [http://127.0.0.1:2379]\n"
-	tests := []struct {
-		name  string
-		flags []string
-		env   map[string]string
-		file  string // written to a file passed with --config when not ""
-		want  []string
-	}{
+	tests := []errorCase{
 		{name: "empty item in --etcd",
 			flags: []string{"--etcd", "http://a:2379,,http://b:2379"},
 			want:  []string{`cluster.etcd.endpoints: must be a comma-separated list without empty items, got "http://a:2379,,http://b:2379" (from --etcd)`}},
@@ -933,29 +899,7 @@ func TestConfigClusterErrors(t *testing.T) {
 			file: etcd + "  placement:\n    - queues: a\n      nodes: [a, b, a]\n",
 			want: []string{`shardq.yaml:6: cluster.placement[0].nodes: lists "a" twice`}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			args := tc.flags
-			if tc.file != "" {
-				args = append([]string{"--config", writeConfig(t, tc.file)}, args...)
-			}
-			c, err := Load(args, env(tc.env))
-			if err == nil {
-				t.Fatalf("Load succeeded, want an error containing %q", tc.want)
-			}
-			if c != nil {
-				t.Errorf("Load returned a config with its error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not contain %q", err, w)
-				}
-			}
-			if _, ok := errors.AsType[*Error](err); !ok {
-				t.Errorf("error %q is not a *config.Error", err)
-			}
-		})
-	}
+	runErrorCases(t, tests)
 }
 
 // TestConfigClusterIgnored checks that the cluster settings of a single
@@ -1048,5 +992,41 @@ func TestReplicationFactorOverPlacement(t *testing.T) {
 	_, err := Load([]string{"--config", file}, func(string) string { return "" })
 	if err == nil || !strings.Contains(err.Error(), "queues.declared.pinned-1.replication_factor") || strings.Contains(err.Error(), "free") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// errorCase is a config that Load must refuse with an error holding want.
+type errorCase struct {
+	name  string
+	flags []string
+	env   map[string]string
+	file  string // written to a file passed with --config when not ""
+	want  []string
+}
+
+func runErrorCases(t *testing.T, tests []errorCase) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.flags
+			if tc.file != "" {
+				args = append([]string{"--config", writeConfig(t, tc.file)}, args...)
+			}
+			c, err := Load(args, env(tc.env))
+			if err == nil {
+				t.Fatalf("Load succeeded, want an error containing %q", tc.want)
+			}
+			if c != nil {
+				t.Errorf("Load returned a config with its error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if _, ok := errors.AsType[*Error](err); !ok {
+				t.Errorf("error %q is not a *config.Error", err)
+			}
+		})
 	}
 }
