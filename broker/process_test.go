@@ -1,43 +1,23 @@
 package broker_test
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardq/shardq/internal/testbin"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
+func TestMain(m *testing.M) { testbin.Main(m) }
 
 // shardqBinary builds the shardq command once per test run.
 func shardqBinary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "shardq-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "shardq")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/shardq/shardq/cmd/shardq").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return testbin.Shardq(t, false)
 }
 
 func freeAddr(t *testing.T) string {

@@ -3,7 +3,6 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -20,39 +19,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardq/shardq/cluster/devetcd"
+	"github.com/shardq/shardq/internal/testbin"
 )
 
 // The cluster tests run real shardq processes against an etcd embedded in
 // the test binary, on loopback.
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
 func shardqBinary(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "shardq-cluster-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "shardq")
-		args := []string{"build", "-o", binPath}
-		if raceBuild {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command("go", append(args, "github.com/shardq/shardq/cmd/shardq")...).CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return testbin.Shardq(t, raceBuild)
 }
 
 func freeAddr(t testing.TB) string {
@@ -541,10 +516,4 @@ func (l *ledger) check(t testing.TB, got []arrival) {
 	}
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m) }

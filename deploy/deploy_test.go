@@ -11,13 +11,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/shardq/shardq/internal/testbin"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -624,37 +624,10 @@ func maps(ms ...map[string]string) map[string]string {
 	return out
 }
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m) }
 
 // shardqBinary builds the shardq command once per test run.
 func shardqBinary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "shardq-deploy")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "shardq")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/shardq/shardq/cmd/shardq").CombinedOutput()
-		if err != nil {
-			binErr = errors.New("go build: " + err.Error() + "\n" + string(out))
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return testbin.Shardq(t, false)
 }
