@@ -310,7 +310,9 @@ func (n *Node) watch() {
 				break
 			}
 			n.mu.Lock()
+			ownership := false
 			for _, ev := range wr.Events {
+				ownership = ownership || !plainKey(n.keys, string(ev.Kv.Key))
 				var value []byte
 				if ev.Type == mvccpb.Event_PUT {
 					value = ev.Kv.Value
@@ -322,9 +324,20 @@ func (n *Node) watch() {
 			}
 			n.view.rev = wr.Header.Revision
 			n.mu.Unlock()
-			n.changedView()
+			if ownership {
+				// Interest and client ids (plain MQTT) change with every
+				// connection: they need no reconcile of the partitions.
+				n.changedView()
+			}
 		}
 	}
+}
+
+// plainKey reports whether key is one of plain MQTT's: interest or a
+// client id.
+func plainKey(k keys, key string) bool {
+	rest, _ := strings.CutPrefix(key, k.prefix)
+	return strings.HasPrefix(rest, "interest/") || strings.HasPrefix(rest, "clients/")
 }
 
 func (n *Node) changedView() {

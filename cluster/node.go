@@ -49,7 +49,8 @@ type Options struct {
 	// ErrNotOwned. Default 3s.
 	MoveWait time.Duration
 	Logger   *slog.Logger
-	// Hooks, when set, carry ordinary MQTT between nodes (plain.go).
+	// Plain, when set, is the broker's side of ordinary MQTT between
+	// nodes (plain.go).
 	Plain PlainHandler
 	// Admin, when set, answers the admin reads peers gather.
 	Admin func(ctx context.Context, method, path string, body []byte) (int, []byte)
