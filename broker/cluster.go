@@ -43,6 +43,13 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 	}
 	b.plain = newPlainHook(b) // ordinary MQTT across nodes (plain.go)
 	o.Plain = b.plain
+	if c.TLS.Cert != "" {
+		server, peer, err := clusterTLS(c.TLS)
+		if err != nil {
+			return nil, err
+		}
+		o.ServerTLS, o.PeerTLS = server, peer
+	}
 	if c.Etcd.CA != "" || c.Etcd.Cert != "" {
 		t, err := etcdTLS(c.Etcd)
 		if err != nil {
@@ -90,6 +97,23 @@ func etcdTLS(e config.Etcd) (*tls.Config, error) {
 		t.Certificates = []tls.Certificate{cert}
 	}
 	return t, nil
+}
+
+// clusterTLS returns the configs of mutual TLS between nodes: the
+// listener's, which requires a certificate the CA signed, and the one peers
+// are dialed with, which verifies theirs.
+func clusterTLS(t config.ClusterTLS) (server, peer *tls.Config, err error) {
+	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("broker: cluster.tls.cert: %w", err)
+	}
+	pool, err := config.LoadCertPool(t.CA)
+	if err != nil {
+		return nil, nil, fmt.Errorf("broker: cluster.tls.ca: %w", err)
+	}
+	server = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	peer = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool}
+	return server, peer, nil
 }
 
 // startCluster joins the cluster once the listeners are bound, so that the

@@ -2,6 +2,8 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +18,12 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/shardq/shardq/cluster/clusterpb"
+	"github.com/shardq/shardq/internal/testcert"
 )
 
 // message is one published test message: key k, sequence number i.
@@ -595,5 +603,52 @@ func TestPartitionCountDisagreement(t *testing.T) {
 	}
 	if got := len(c.owners("orders")); got != 8 {
 		t.Errorf("the cluster's queue has %d partitions now", got)
+	}
+}
+
+// TestClusterTLS: with cluster.tls the nodes talk over mutual TLS; a
+// queue spans them as without it, and the cluster listener refuses a
+// client without a certificate the CA signed.
+func TestClusterTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, dir, "ca")
+	cfg := func(name string) string {
+		p := ca.Peer(t, dir, name)
+		return configFile(t, fmt.Sprintf("cluster:\n  tls:\n    cert: %s\n    key: %s\n    ca: %s\n", p.CertFile, p.KeyFile, ca.CertFile))
+	}
+	c := newCluster(t)
+	a := c.start("a", "--config", cfg("a"))
+	b := c.start("b", "--config", cfg("b"))
+	cons := dial(t, b.mqtt, "consumer-on-b", 64)
+	cons.subscribe("$share/g/$queue/orders")
+	prod := dial(t, a.mqtt, "producer-on-a", 64)
+	for i := 0; i < 40; i++ {
+		key := "k" + strconv.Itoa(i)
+		if code, err := prod.publish("$queue/orders", key, message(key, 0)); err != nil || code != 0 {
+			t.Fatalf("publish %d: %#x %v", i, code, err)
+		}
+	}
+	waitCount(t, 40, 20*time.Second, cons)
+
+	// Without a certificate: refused.
+	conn, err := grpc.NewClient(b.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := pb.NewNodeClient(conn).Admin(ctx, &pb.AdminRequest{Method: "GET", Path: "/api/v1/queues"}); err == nil {
+		t.Fatal("the cluster listener answered a client without TLS")
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	tconn, err := grpc.NewClient(b.grpc, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tconn.Close()
+	if _, err := pb.NewNodeClient(tconn).Admin(ctx, &pb.AdminRequest{Method: "GET", Path: "/api/v1/queues"}); err == nil {
+		t.Fatal("the cluster listener answered a client without a certificate")
 	}
 }

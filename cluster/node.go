@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
 	"github.com/shardq/shardq/queue"
@@ -34,6 +35,11 @@ type Options struct {
 	// (default the listener's).
 	Addr      string
 	Advertise string
+	// ServerTLS and PeerTLS, when set, secure the links between nodes:
+	// the listener's config (requiring client certificates) and the one
+	// it dials peers with. Both or neither.
+	ServerTLS *tls.Config
+	PeerTLS   *tls.Config
 	// MQTT and HTTP are the node's client addresses, shown to operators.
 	MQTT string
 	HTTP string
@@ -288,7 +294,11 @@ func (n *Node) listen() error {
 	if n.addr == "" {
 		n.addr = ln.Addr().String()
 	}
-	n.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	if n.opts.ServerTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(n.opts.ServerTLS)))
+	}
+	n.grpc = grpc.NewServer(opts...)
 	pb.RegisterNodeServer(n.grpc, &server{n: n})
 	go func() { _ = n.grpc.Serve(ln) }()
 	return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -45,8 +46,12 @@ func (n *Node) peer(id string) (*peer, error) {
 	if !live {
 		return nil, fmt.Errorf("node %s is not a member", id)
 	}
+	creds := insecure.NewCredentials()
+	if n.opts.PeerTLS != nil {
+		creds = credentials.NewTLS(n.opts.PeerTLS)
+	}
 	conn, err := grpc.NewClient(info.Cluster,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {

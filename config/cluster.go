@@ -77,6 +77,19 @@ func (c *Config) validateCluster(fail func(path, reason string, err error)) {
 		}
 	}
 
+	switch ct := cl.TLS; {
+	case ct == (ClusterTLS{}):
+	case ct.Cert == "" || ct.Key == "" || ct.CA == "":
+		fail("cluster.tls", "set cert, key and ca together, or none of them", nil)
+	default:
+		if _, err := tls.LoadX509KeyPair(ct.Cert, ct.Key); err != nil {
+			fail("cluster.tls.cert", "cannot load the certificate and key: "+err.Error(), err)
+		}
+		if _, err := LoadCertPool(ct.CA); err != nil {
+			fail("cluster.tls.ca", err.Error(), err)
+		}
+	}
+
 	for i, r := range cl.Placement {
 		rpath := fmt.Sprintf("cluster.placement[%d]", i)
 		if r.Queues == "" {

@@ -54,6 +54,11 @@ type Cluster struct {
 	// Advertise is the address peers dial when it differs from Addr (a
 	// listener on 0.0.0.0, NAT); default Addr.
 	Advertise string `yaml:"advertise"`
+	// TLS secures the links between nodes with mutual TLS: every node
+	// presents its certificate (valid for server and client use, for the
+	// address peers dial) and accepts only peers whose certificate the CA
+	// signed. Without it the cluster listener has no credentials.
+	TLS ClusterTLS `yaml:"tls"`
 	// Placement pins queues to nodes: the first rule whose pattern matches
 	// a queue's name gives the node ids that may own its partitions; a
 	// queue no rule matches may be owned by any node.
@@ -70,6 +75,14 @@ type Cluster struct {
 	// before each partition's leader replaces it with a live node (a node
 	// stopped for good, or failed). Default 1m.
 	ReplaceAfter time.Duration `yaml:"replace_after"`
+}
+
+// ClusterTLS is cluster.tls: the node's certificate and key, and the CA
+// of its peers' certificates, PEM files. All three or none.
+type ClusterTLS struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	CA   string `yaml:"ca"`
 }
 
 // Etcd is how the node reaches etcd, under cluster.etcd.

@@ -870,7 +870,7 @@ func TestConfigClusterErrors(t *testing.T) {
 			want: []string{"cluster.etcd.ca: " + client.KeyFile + " holds no PEM certificate"}},
 		{name: "unknown cluster key",
 			file: etcd + "  peers: [a]\n",
-			want: []string{"shardq.yaml:4: cluster.peers: unknown setting (known here: etcd, addr, advertise, placement, lease_ttl, raft_log_keep, replace_after)"}},
+			want: []string{"shardq.yaml:4: cluster.peers: unknown setting (known here: etcd, tls, addr, advertise, placement, lease_ttl, raft_log_keep, replace_after)"}},
 		{name: "unknown etcd key",
 			file: etcd + "    endpoint: http://a:2379\n",
 			want: []string{"shardq.yaml:4: cluster.etcd.endpoint: unknown setting"}},
@@ -898,6 +898,12 @@ func TestConfigClusterErrors(t *testing.T) {
 		{name: "node listed twice",
 			file: etcd + "  placement:\n    - queues: a\n      nodes: [a, b, a]\n",
 			want: []string{`shardq.yaml:6: cluster.placement[0].nodes: lists "a" twice`}},
+		{name: "cluster tls without its CA",
+			file: etcd + "  tls:\n    cert: " + client.CertFile + "\n    key: " + client.KeyFile + "\n",
+			want: []string{"cluster.tls: set cert, key and ca together, or none of them"}},
+		{name: "cluster tls with a key that is no key",
+			file: etcd + "  tls:\n    cert: " + client.CertFile + "\n    key: " + client.CertFile + "\n    ca: " + ca.CertFile + "\n",
+			want: []string{"cluster.tls.cert: cannot load the certificate and key"}},
 	}
 	runErrorCases(t, tests)
 }

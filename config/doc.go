@@ -119,6 +119,10 @@
 //	    prefix: /shardq/    # keys of the cluster; one per cluster sharing an etcd
 //	  addr: 127.0.0.1:8991  # gRPC listener, dialled by the other nodes
 //	  advertise: ""         # the address they dial when not addr (0.0.0.0, NAT)
+//	  tls:                  # mutual TLS between nodes: all three or none
+//	    cert: ""            # the node's certificate (server and client use, for advertise)
+//	    key: ""
+//	    ca: ""              # the CA of every node's certificate
 //	  lease_ttl: 5s         # 1s to 60s; a node that cannot renew its lease stops committing
 //	  raft_log_keep: 5000   # applied raft entries kept per replicated partition
 //	  replace_after: 1m     # a replica's node gone this long is replaced

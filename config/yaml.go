@@ -118,6 +118,7 @@ func (d *decoder) top() []field {
 		{"limits", d.section(d.tagged(&c.Limits))},
 		{"cluster", d.section([]field{
 			{"etcd", d.section(d.tagged(&c.Cluster.Etcd))},
+			{"tls", d.section(d.tagged(&c.Cluster.TLS))},
 			{"addr", d.leaf(&c.Cluster.Addr)},
 			{"advertise", d.leaf(&c.Cluster.Advertise)},
 			{"placement", d.placement},

@@ -79,6 +79,17 @@ func (ca *CA) Server(t testing.TB, dir, name string) Pair {
 	return ca.sign(t, dir, name, tmpl)
 }
 
+// Peer makes a certificate for both ends of a link between two nodes:
+// server and client use, for 127.0.0.1, ::1 and localhost.
+func (ca *CA) Peer(t testing.TB, dir, name string) Pair {
+	t.Helper()
+	tmpl := template(name)
+	tmpl.DNSNames = []string{"localhost"}
+	tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	return ca.sign(t, dir, name, tmpl)
+}
+
 // Client makes a client certificate whose Common Name is cn.
 func (ca *CA) Client(t testing.TB, dir, cn string) Pair {
 	t.Helper()
