@@ -2,11 +2,14 @@ package broker
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"crypto/x509"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/shardq/shardq/cluster"
@@ -73,6 +76,24 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 		b.raftLog = nil
 	}
 	return n, err
+}
+
+// dataDirInstance returns the random name of the data directory, made on
+// its first start as a cluster node.
+func dataDirInstance(dir string) (string, error) {
+	path := filepath.Join(dir, "INSTANCE")
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var r [16]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(r[:])
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("broker: recording the data directory's instance: %w", err)
+	}
+	return id, nil
 }
 
 // etcdTLS is the client TLS config of cluster.etcd.

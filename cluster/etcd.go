@@ -46,6 +46,10 @@ type NodeInfo struct {
 	HTTP    string `json:"http"`
 	Cluster string `json:"cluster_addr"`
 	Session int64  `json:"session"` // its lease id
+	// Instance names the node's data directory: a node that finds its id
+	// held by an earlier run of the same directory (killed, its lease not
+	// yet expired) takes the id over at once.
+	Instance string `json:"instance,omitempty"`
 }
 
 // QueueInfo is a queue's entry in the catalog.
@@ -181,7 +185,7 @@ func (n *Node) register(ctx context.Context) error {
 		return fmt.Errorf("cluster: etcd lease: %w", err)
 	}
 	granted := monoNow()
-	info, _ := json.Marshal(NodeInfo{ID: n.opts.NodeID, MQTT: n.opts.MQTT, HTTP: n.opts.HTTP, Cluster: n.addr, Session: int64(grant.ID)})
+	info, _ := json.Marshal(NodeInfo{ID: n.opts.NodeID, MQTT: n.opts.MQTT, HTTP: n.opts.HTTP, Cluster: n.addr, Session: int64(grant.ID), Instance: n.opts.Instance})
 	key := n.keys.node(n.opts.NodeID)
 	resp, err := n.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -194,13 +198,24 @@ func (n *Node) register(ctx context.Context) error {
 	}
 	if !resp.Succeeded {
 		_, _ = n.etcd.Revoke(context.Background(), grant.ID)
-		holder := ""
+		var other NodeInfo
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			var other NodeInfo
 			_ = json.Unmarshal(kvs[0].Value, &other)
-			holder = other.Cluster
 		}
-		return fmt.Errorf("%w: node id %q is held by a live node (cluster address %s); node ids must be unique", ErrNodeIDInUse, n.opts.NodeID, holder)
+		n.mu.Lock()
+		mine := n.session
+		n.mu.Unlock()
+		if n.opts.Instance != "" && other.Instance == n.opts.Instance && other.Session != int64(mine) {
+			// An earlier run of this data directory, which this process
+			// holds now: that run is over. Its lease goes, and the id
+			// with it.
+			if _, err := n.etcd.Revoke(ctx, clientv3.LeaseID(other.Session)); err != nil {
+				return fmt.Errorf("cluster: ending the lease of this node's earlier run: %w", err)
+			}
+			n.log.Info("took the node id over from an earlier run of this data directory", "node", n.opts.NodeID)
+			return n.register(ctx)
+		}
+		return fmt.Errorf("%w: node id %q is held by a live node (cluster address %s); node ids must be unique", ErrNodeIDInUse, n.opts.NodeID, other.Cluster)
 	}
 	ch, err := n.etcd.KeepAlive(n.ctx, grant.ID)
 	if err != nil {

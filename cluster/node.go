@@ -24,6 +24,10 @@ type Options struct {
 	// NodeID names the node, unique in the cluster and stable across
 	// restarts. Required.
 	NodeID string
+	// Instance names the node's data directory, the same across its
+	// restarts (see NodeInfo.Instance); empty: a restarted node waits for
+	// its earlier run's lease to expire.
+	Instance string
 	// Etcd reaches the cluster's etcd. Endpoints are required.
 	Endpoints   []string
 	Username    string
