@@ -38,7 +38,10 @@ import (
 //	GET    /api/v1/cluster                           the nodes and each partition's owner (clusterapi.go)
 //
 // In a cluster, the reads of queues (the list, a queue, a peek) gather
-// every node's figures (clusterapi.go); the changes act on this node.
+// every node's figures (clusterapi.go) and a declare goes to the cluster's
+// catalog; the other changes (delete, purge, group delete, replay) act on
+// one node's partitions and are refused with 501 until they act on the
+// cluster's.
 
 // Peek limits.
 const (
@@ -62,15 +65,15 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		methods map[string]http.HandlerFunc
 	}{
 		{"/api/v1/queues", map[string]http.HandlerFunc{"GET": a.listQueues}},
-		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare), "DELETE": a.mutating(a.deleteQueue)}},
+		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare), "DELETE": a.mutating(a.single(a.deleteQueue))}},
 		{"/api/v1/queues/{queue}/messages", map[string]http.HandlerFunc{"GET": a.peek(false)}},
-		{"/api/v1/queues/{queue}/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(false))}},
-		{"/api/v1/queues/{queue}/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(false))}},
+		{"/api/v1/queues/{queue}/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.single(a.purge(false)))}},
+		{"/api/v1/queues/{queue}/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.single(a.deleteGroup(false)))}},
 		{"/api/v1/queues/{queue}/dlq", map[string]http.HandlerFunc{"GET": a.showQueue(true)}},
 		{"/api/v1/queues/{queue}/dlq/messages", map[string]http.HandlerFunc{"GET": a.peek(true)}},
-		{"/api/v1/queues/{queue}/dlq/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(true))}},
-		{"/api/v1/queues/{queue}/dlq/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(true))}},
-		{"/api/v1/queues/{queue}/dlq/replay", map[string]http.HandlerFunc{"POST": a.mutating(a.replay)}},
+		{"/api/v1/queues/{queue}/dlq/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.single(a.purge(true)))}},
+		{"/api/v1/queues/{queue}/dlq/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.single(a.deleteGroup(true)))}},
+		{"/api/v1/queues/{queue}/dlq/replay", map[string]http.HandlerFunc{"POST": a.mutating(a.single(a.replay))}},
 		{"/api/v1/cluster", map[string]http.HandlerFunc{"GET": a.clusterStatus}},
 	}
 	for _, r := range routes {
@@ -103,6 +106,18 @@ func (a *adminAPI) notAllowed(allow []string) http.HandlerFunc {
 func (a *adminAPI) mutating(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		h(w, r)
+	}
+}
+
+// single refuses h in a cluster: it changes the partitions of one node
+// only, which would leave the cluster's queue half changed.
+func (a *adminAPI) single(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a.b.node != nil {
+			a.fail(w, r, http.StatusNotImplemented, fmt.Errorf("%s %s acts on one node's partitions: not available in a cluster", r.Method, r.URL.Path))
+			return
+		}
 		h(w, r)
 	}
 }

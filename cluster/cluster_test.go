@@ -572,6 +572,16 @@ func TestDeclareAcrossNodes(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// A change that would act on one node's partitions only is refused.
+	resp, err = http.Post("http://"+b.http+"/api/v1/queues/decl/purge", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(string(body), "not available in a cluster") {
+		t.Errorf("purge in a cluster: %d %s", resp.StatusCode, body)
+	}
 }
 
 // rf1 is the config of queues with one replica each.
