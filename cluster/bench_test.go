@@ -229,8 +229,8 @@ func untilInSync(tb testing.TB, c *testCluster, queue, node string, within time.
 	}
 }
 
-// replicaInSync asks each partition's owner whether node is among its
-// in-sync replicas.
+// replicaInSync asks each partition's owner whether node, where it is a
+// replica, is among its in-sync replicas.
 func replicaInSync(c *testCluster, queue, node string) bool {
 	for _, o := range c.owners(queue) {
 		owner := c.nodes[o.Owner]
@@ -243,9 +243,10 @@ func replicaInSync(c *testCluster, queue, node string) bool {
 		}
 		var st struct {
 			Partitions []struct {
-				Queue  string   `json:"queue"`
-				Owner  string   `json:"owner"`
-				InSync []string `json:"in_sync"`
+				Queue    string   `json:"queue"`
+				Owner    string   `json:"owner"`
+				Replicas []string `json:"replicas"`
+				InSync   []string `json:"in_sync"`
 			} `json:"partitions"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&st)
@@ -254,7 +255,7 @@ func replicaInSync(c *testCluster, queue, node string) bool {
 			return false
 		}
 		for _, p := range st.Partitions {
-			if p.Queue == queue && p.Owner == o.Owner && !slices.Contains(p.InSync, node) {
+			if p.Queue == queue && p.Owner == o.Owner && slices.Contains(p.Replicas, node) && !slices.Contains(p.InSync, node) {
 				return false
 			}
 		}

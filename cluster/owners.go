@@ -408,11 +408,21 @@ func (n *Node) maintainReplicas(id queue.PartitionID, g *rgroup, rec Ownership, 
 			n.gone[r] = time.Now()
 		}
 	}
-	var candidate string
-	if len(cur) < rf {
-		for _, node := range n.view.top(id, allowed, len(n.view.nodes)) {
-			if !slices.Contains(cur, node) {
-				candidate = node
+	// The replicas the partition should have: the live nodes placement
+	// allows that score highest for it. A node that joins gets its share:
+	// it is added first, then the replica it displaces is removed.
+	desired := n.view.top(id, allowed, rf)
+	var candidate, surplus string
+	for _, node := range desired {
+		if !slices.Contains(cur, node) {
+			candidate = node
+			break
+		}
+	}
+	if len(cur) > rf {
+		for i := len(cur) - 1; i >= 0; i-- {
+			if !slices.Contains(desired, cur[i]) {
+				surplus = cur[i]
 				break
 			}
 		}
@@ -421,7 +431,13 @@ func (n *Node) maintainReplicas(id queue.PartitionID, g *rgroup, rec Ownership, 
 	switch {
 	case len(gone) > 0 && len(cur) > 1:
 		n.raft.requestChange(g, false, gone[0])
-	case candidate != "":
+	case surplus == n.opts.NodeID:
+		// This leader is the one displaced: another replica leads, then
+		// removes it.
+		n.raft.requestTransfer(g, func(node string) bool { return node != surplus && n.liveNode(node) })
+	case surplus != "":
+		n.raft.requestChange(g, false, surplus)
+	case candidate != "" && len(cur) <= rf:
 		n.raft.requestChange(g, true, candidate)
 	}
 }

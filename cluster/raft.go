@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	rpb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -529,12 +530,19 @@ const raftInSyncLag = 1000
 // progress records which replicas are in sync with this leader, and their
 // lag.
 func (h *raftHost) progress(g *rgroup) {
+	series := prometheus.Labels{"queue": g.id.Queue, "partition": strconv.Itoa(g.id.Partition)}
 	if !g.leader {
 		h.mu.Lock()
+		had := g.inSync != nil
 		g.inSync = nil
 		h.mu.Unlock()
+		if had {
+			h.n.Metrics().lag.DeletePartialMatch(series)
+		}
 		return
 	}
+	// Replicas removed since the last tick lose their series.
+	h.n.Metrics().lag.DeletePartialMatch(series)
 	last, _ := g.ms.LastIndex()
 	var in []string
 	self := raftID(h.n.opts.NodeID)
@@ -1108,6 +1116,18 @@ type confRequest struct {
 	g    *rgroup
 	add  bool
 	node string
+	// to, when set, asks for a leadership transfer instead, to a replica
+	// it accepts.
+	to func(string) bool
+}
+
+// requestTransfer asks the driver to hand g's leadership to a replica to
+// accepts.
+func (h *raftHost) requestTransfer(g *rgroup, to func(string) bool) {
+	select {
+	case h.changes <- confRequest{g: g, to: to}:
+	default:
+	}
 }
 
 // requestChange asks the driver to propose a replica change.
@@ -1121,6 +1141,15 @@ func (h *raftHost) requestChange(g *rgroup, add bool, node string) {
 func (h *raftHost) proposeChange(r confRequest) {
 	g := r.g
 	if !g.leader || g.rn.BasicStatus().LeadTransferee != 0 {
+		return
+	}
+	if r.to != nil {
+		for _, node := range g.replicas {
+			if node != h.n.opts.NodeID && r.to(node) {
+				g.rn.TransferLeader(raftID(node))
+				return
+			}
+		}
 		return
 	}
 	typ := rpb.ConfChangeType_ConfChangeRemoveNode
@@ -1160,6 +1189,7 @@ func (h *raftHost) applyChange(g *rgroup, e *rpb.Entry) {
 		return
 	}
 	h.mu.Lock()
+	before := len(g.replicas)
 	switch cc.GetType() {
 	case rpb.ConfChangeType_ConfChangeAddNode:
 		if node != "" && !slices.Contains(g.replicas, node) {
@@ -1169,11 +1199,14 @@ func (h *raftHost) applyChange(g *rgroup, e *rpb.Entry) {
 	case rpb.ConfChangeType_ConfChangeRemoveNode:
 		g.replicas = slices.DeleteFunc(slices.Clone(g.replicas), func(r string) bool { return raftID(r) == cc.GetNodeId() })
 	}
+	changed := len(g.replicas) != before
 	h.mu.Unlock()
 	if err := h.store.Save([]RaftWrite{{Group: g.name, ConfState: cs}}); err != nil {
 		h.n.log.Warn("recording a replica change", "group", g.name, "err", err)
 	}
-	h.n.log.Info("replicas changed", "group", g.name, "replicas", g.replicaList())
+	if changed {
+		h.n.log.Info("replicas changed", "group", g.name, "replicas", g.replicaList())
+	}
 	h.n.poke()
 }
 

@@ -364,3 +364,44 @@ func (c *testCluster) replicas(queue string) map[int][]string {
 	}
 	return out
 }
+
+// TestNodeJoinsReplicated: a fourth node joining a cluster whose
+// partitions all have their three replicas gets its share of replicas
+// (added, then the displaced replica removed), under load; with an
+// original node killed afterwards, every acknowledged message is served.
+func TestNodeJoinsReplicated(t *testing.T) {
+	c := newCluster(t, "--config", configFile(t, "cluster:\n  raft_log_keep: 20\n"))
+	stop := make(chan struct{})
+	ledgers, dones := c.underLoad(stop)
+	c.start("d")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		withD, ok := 0, true
+		for _, r := range c.replicas("orders") {
+			ok = ok && len(r) == 3
+			if slices.Contains(r, "d") {
+				withD++
+			}
+		}
+		if ok && withD > 0 && replicaInSync(c, "orders", "d") {
+			t.Logf("d is a replica of %d of 8 partitions", withD)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas 60s after d joined: %v", c.replicas("orders"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	waitTotal(t, ledgers, total(ledgers)+100)
+	close(stop)
+	for _, d := range dones {
+		<-d
+	}
+	c.nodes["a"].kill()
+	c.waitFailover("orders", 8, "a", time.Now(), 20*time.Second)
+	got := consumeAll(t, c.nodes["d"], "g", ledgers...)
+	for _, l := range ledgers {
+		l.check(t, got)
+	}
+	checkOrder(t, got)
+}
