@@ -401,28 +401,28 @@ func (n *Node) maintainReplicas(id queue.PartitionID, g *rgroup, rec Ownership, 
 	}
 	n.mu.Lock()
 	var gone []string
+	now := time.Now()
 	for _, r := range cur {
-		if since, ok := n.gone[r]; ok && time.Since(since) > n.opts.ReplaceAfter {
+		if _, live := n.view.nodes[r]; live {
+			delete(n.gone, r)
+			continue
+		}
+		since, ok := n.gone[r]
+		if !ok {
+			n.gone[r] = now
+			continue
+		}
+		if now.Sub(since) > n.opts.ReplaceAfter {
 			gone = append(gone, r)
-		} else if _, live := n.view.nodes[r]; !live && !ok {
-			n.gone[r] = time.Now()
 		}
 	}
-	// The replicas the partition should have: the live nodes placement
-	// allows that score highest for it. A node that joins gets its share:
-	// it is added first, then the replica it displaces is removed.
-	desired := n.view.top(id, allowed, rf)
-	var candidate, surplus string
-	for _, node := range desired {
-		if !slices.Contains(cur, node) {
-			candidate = node
-			break
-		}
-	}
-	if len(cur) > rf {
-		for i := len(cur) - 1; i >= 0; i-- {
-			if !slices.Contains(desired, cur[i]) {
-				surplus = cur[i]
+	// A partition short of its factor gains the live node placement
+	// allows that scores highest for it.
+	var candidate string
+	if len(cur) < rf {
+		for _, node := range n.view.top(id, allowed, rf) {
+			if !slices.Contains(cur, node) {
+				candidate = node
 				break
 			}
 		}
@@ -430,14 +430,9 @@ func (n *Node) maintainReplicas(id queue.PartitionID, g *rgroup, rec Ownership, 
 	n.mu.Unlock()
 	switch {
 	case len(gone) > 0 && len(cur) > 1:
+		n.log.Info("replacing a replica whose node is gone", "partition", id.String(), "node", gone[0], "after", n.opts.ReplaceAfter)
 		n.raft.requestChange(g, false, gone[0])
-	case surplus == n.opts.NodeID:
-		// This leader is the one displaced: another replica leads, then
-		// removes it.
-		n.raft.requestTransfer(g, func(node string) bool { return node != surplus && n.liveNode(node) })
-	case surplus != "":
-		n.raft.requestChange(g, false, surplus)
-	case candidate != "" && len(cur) <= rf:
+	case candidate != "":
 		n.raft.requestChange(g, true, candidate)
 	}
 }

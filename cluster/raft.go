@@ -354,6 +354,15 @@ func (h *raftHost) step(w *pb.RaftMessage) {
 		h.n.log.Warn("raft message undecodable", "group", w.Group, "err", err)
 		return
 	}
+	if m.GetType() == rpb.MessageType_MsgHeartbeat {
+		// A leader never commits past what a replica acknowledged: a
+		// heartbeat beyond this log was sent before the replica was
+		// removed and added again with an empty log. Dropped; the
+		// leader's next ones match.
+		if last, err := g.ms.LastIndex(); err == nil && m.GetCommit() > last {
+			return
+		}
+	}
 	_ = g.rn.Step(m)
 }
 
