@@ -169,6 +169,11 @@ type rgroup struct {
 	// stored here. Read by the reconcile loop.
 	caughtUp atomic.Bool
 	isLeader atomic.Bool
+	// campaign: a new group whose first replica is this node, which
+	// starts an election at once rather than after a timeout (driver
+	// goroutine).
+	campaign bool
+
 	// leaderTerm is the term this node leads in (while isLeader);
 	// servedTerm the term the partition was last acquired in here.
 	leaderTerm atomic.Uint64
@@ -217,7 +222,8 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*rgroup
 		nodes[voters[i]] = r
 	}
 	applied := uint64(0)
-	if st.Snapshot == nil && st.HardState == nil {
+	fresh := st.Snapshot == nil && st.HardState == nil
+	if fresh {
 		// New: an initial state every replica shares, as if a snapshot
 		// of an empty partition at index 1 had been applied.
 		meta := &rpb.SnapshotMetadata{Index: proto.Uint64(1), Term: proto.Uint64(1), ConfState: &rpb.ConfState{Voters: voters}}
@@ -269,7 +275,7 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*rgroup
 		return nil, fmt.Errorf("cluster: raft group %s: %w", name, err)
 	}
 	g = &rgroup{name: name, id: id, rn: rn, ms: ms, replicas: replicas, nodes: nodes, inflight: map[uint64]*proposal{},
-		proposed: map[uint64][]*proposal{},
+		proposed: map[uint64][]*proposal{}, campaign: fresh && len(replicas) > 0 && replicas[0] == h.n.opts.NodeID,
 		stored:   applied, synced: applied}
 	h.mu.Lock()
 	if existing := h.groups[name]; existing != nil {
@@ -326,6 +332,14 @@ func (h *raftHost) run(ctx context.Context) {
 		case <-h.wake:
 		}
 		h.transfer()
+		for _, g := range h.all() {
+			if g.campaign {
+				// The partition's first replica (the creator's choice, the
+				// best-scored node) leads a new group without waiting.
+				g.campaign = false
+				_ = g.rn.Campaign()
+			}
+		}
 		h.propose()
 		// A Ready can leave another at once (a group of one voter commits
 		// what it just stored): go on until none is left.
