@@ -276,7 +276,7 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*rgroup
 	}
 	g = &rgroup{name: name, id: id, rn: rn, ms: ms, replicas: replicas, nodes: nodes, inflight: map[uint64]*proposal{},
 		proposed: map[uint64][]*proposal{}, campaign: fresh && len(replicas) > 0 && replicas[0] == h.n.opts.NodeID,
-		stored:   applied, synced: applied}
+		stored: applied, synced: applied}
 	h.mu.Lock()
 	if existing := h.groups[name]; existing != nil {
 		h.mu.Unlock()
