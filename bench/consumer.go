@@ -81,9 +81,7 @@ func (c *consumer) record(payload []byte, dup bool, deliveryCount int) {
 		return
 	}
 	d := Delivery{Producer: h.Producer, Seq: h.Seq, Key: h.Key, Redelivered: dup || deliveryCount > 1}
-	if c.ledger.Receive(d) == OutcomeFirst {
-		c.meter.delivered(h.SentAt, now)
-	}
+	c.ledger.ReceiveFirst(d, func() { c.meter.delivered(h.SentAt, now) })
 }
 
 // onPublish handles one delivery, on the paho client's delivery goroutine.

@@ -139,7 +139,12 @@ func (l *Ledger) Foreign() {
 }
 
 // Receive records one receipt and classifies it.
-func (l *Ledger) Receive(d Delivery) Outcome {
+func (l *Ledger) Receive(d Delivery) Outcome { return l.ReceiveFirst(d, nil) }
+
+// ReceiveFirst is Receive that runs first, when d is the message's first
+// delivery, before the delivery counts as received: whoever waits for
+// every message then sees what first recorded (its end-to-end latency).
+func (l *Ledger) ReceiveFirst(d Delivery, first func()) Outcome {
 	b := l.book(d.Producer)
 	if b == nil {
 		l.foreign.Add(1)
@@ -154,6 +159,9 @@ func (l *Ledger) Receive(d Delivery) Outcome {
 		}
 		b.duplicates++
 		return OutcomeDuplicate
+	}
+	if first != nil {
+		first()
 	}
 	l.received.Add(1)
 	if b.acked.get(d.Seq) && l.outstanding.Add(-1) == 0 {
