@@ -283,11 +283,9 @@ func (rs *remoteSub) Close() {
 		cancel()
 	}
 	rs.streams = nil
-	held := 0
-	for k, h := range rs.leases {
-		if h {
-			held++
-		}
+	// The connection, and its credit, are going away: the credits the
+	// remote leases hold need no giving back.
+	for k := range rs.leases {
 		rs.n.forgetLeaseKey(k)
 	}
 	rs.leases = nil
@@ -297,7 +295,6 @@ func (rs *remoteSub) Close() {
 	delete(rs.n.subs, rs)
 	rs.n.mu.Unlock()
 	rs.local.Close()
-	_ = held // the connection and its credit are going away
 }
 
 // The remote leases of consumers here, so that a settlement finds its way.
@@ -312,7 +309,7 @@ func (n *Node) forgetLeaseKey(k leaseKey) { n.leases.Delete(k) }
 
 // remoteLease returns the consumer here holding the remote lease l, or
 // nil when l is this node's own.
-func (n *Node) remoteLease(l queue.LeaseRef, _ pb.SettleOp) *remoteSub {
+func (n *Node) remoteLease(l queue.LeaseRef) *remoteSub {
 	if v, ok := n.leases.Load(keyOf(l)); ok {
 		return v.(*remoteSub)
 	}

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -63,12 +62,6 @@ type guardedLogs struct {
 
 func (l *guardedLogs) Log(id queue.PartitionID, committed func([]*queue.Message, error)) queue.Log {
 	return &guardedLog{Log: l.Logs.Log(id, committed), g: l.g}
-}
-
-// SaveQueues is the node's own catalog: a queue is recorded here before
-// anything is appended to it, whatever the membership.
-func (l *guardedLogs) SaveQueues(ctx context.Context, metas []queue.QueueMeta) error {
-	return l.Logs.SaveQueues(ctx, metas)
 }
 
 type guardedLog struct {

@@ -31,20 +31,23 @@ type peer struct {
 	closed bool
 }
 
+// errNotMember is the error of a link to a node that is not a member now.
+var errNotMember = errors.New("cluster: not a member")
+
 // peer returns the link to node id, dialing it on first use.
 func (n *Node) peer(id string) (*peer, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	info, live := n.view.nodes[id]
+	if !live {
+		return nil, fmt.Errorf("%w: %s", errNotMember, id)
+	}
 	if p := n.peers[id]; p != nil {
-		if !live || p.addr == info.Cluster {
+		if p.addr == info.Cluster {
 			return p, nil
 		}
 		p.close() // the node came back on another address
 		delete(n.peers, id)
-	}
-	if !live {
-		return nil, fmt.Errorf("node %s is not a member", id)
 	}
 	creds := insecure.NewCredentials()
 	if n.opts.PeerTLS != nil {

@@ -150,13 +150,15 @@ type rgroup struct {
 	// by its number, until it is applied.
 	proposed map[uint64][]*proposal
 
+	// Guarded by raftHost.mu: the entries handed to storage and not yet
+	// stored; every entry up to stored is stored locally.
+	applying []applyMark
+	stored   uint64
+
 	// Driver goroutine only.
-	leader   bool
-	term     uint64
-	applying []applyMark // entries handed to storage, not yet stored
+	leader bool
 	// hsTerm and hsVote are the term and vote last written to the log.
 	hsTerm, hsVote uint64
-	stored         uint64 // every entry up to it is stored locally
 	synced         uint64 // applied index last recorded
 	compacted      uint64
 
@@ -402,7 +404,6 @@ func (h *raftHost) propose() {
 		e := &pb.RaftEntry{}
 		for _, p := range ps {
 			w := toLogWrite(p.log.id, p.epoch, p.msg, p.state)
-			w.Id = p.id
 			e.Writes = append(e.Writes, w)
 		}
 		h.entrySeq++
@@ -1228,13 +1229,11 @@ func (h *raftHost) applyChange(g *rgroup, e *rpb.Entry) {
 		h.n.log.Warn("recording a replica change", "group", g.name, "err", err)
 	}
 	if changed {
-		h.n.log.Info("replicas changed", "group", g.name, "replicas", g.replicaList())
+		h.n.log.Info("replicas changed", "group", g.name, "replicas", g.replicas)
 	}
 	h.n.poke()
 }
 
-// replicaList returns the group's replicas as raft has them applied.
-func (g *rgroup) replicaList() []string { return slices.Clone(g.replicas) }
 
 // replicas returns the replicas of the group named, as applied here.
 func (h *raftHost) replicas(name string) ([]string, bool) {

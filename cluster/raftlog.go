@@ -37,7 +37,8 @@ func (l *raftLogs) Log(id queue.PartitionID, committed func([]*queue.Message, er
 	if !l.s.replicated(queue.ParentName(id.Queue)) {
 		return l.Logs.Log(id, committed)
 	}
-	rl := &raftLog{h: l.s.h, id: id, committed: committed}
+	rl := &raftLog{h: l.s.h, id: id, committed: committed,
+		group: groupName(queue.PartitionID{Queue: queue.ParentName(id.Queue), Partition: id.Partition})}
 	rl.ackLeader.Store(l.s.h.n.ackPolicy(id.Queue) == queue.AckLeader)
 	// The local log under it stores what the group applies; its own
 	// completions are the raft log's business.
@@ -54,11 +55,11 @@ func (l *raftLogs) Log(id queue.PartitionID, committed func([]*queue.Message, er
 // raftLog is the log of a replicated partition: its writes go through
 // the partition's raft group, its reads to the local copy.
 type raftLog struct {
-	queue.Log // reads: the local copy
 	h         *raftHost
 	id        queue.PartitionID
 	inner     queue.Log
 	committed func([]*queue.Message, error)
+	group     string // the raft group's name, its queue's partition
 	fence     atomic.Uint64
 	// ackLeader: the queue's ack_policy is leader (kept current by the
 	// node's reconcile loop).
@@ -109,7 +110,7 @@ func (l *raftLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, _
 		p.finish(&queue.FencedError{Partition: l.id, Epoch: epoch, Current: cur})
 		return
 	}
-	g := l.h.group(groupName(queue.PartitionID{Queue: queue.ParentName(l.id.Queue), Partition: l.id.Partition}))
+	g := l.h.group(l.group)
 	if g == nil || !g.isLeader.Load() {
 		p.finish(fmt.Errorf("%w: %s: this node does not lead its replicas", queue.ErrNotOwned, l.id))
 		return

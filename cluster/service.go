@@ -121,29 +121,30 @@ func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Messa
 		})
 		return
 	}
-	owner := n.ownerOf(id)
-	switch {
-	case owner != "" && owner != n.opts.NodeID && n.liveNode(owner):
+	if owner := n.ownerOf(id); owner != "" && owner != n.opts.NodeID {
 		p, err := n.peer(owner)
-		if err != nil {
+		switch {
+		case err == nil:
+			p.publish(id, msg, func(err error) {
+				if err != nil && retry(err) {
+					return
+				}
+				done(err)
+			})
+			return
+		case !errors.Is(err, errNotMember):
 			done(&linkError{unavailable(id, owner, err)})
 			return
+		case n.replicationFactor(id.Queue) <= 1:
+			// Its owner is down: with one replica, nobody else has its
+			// messages, so nobody else may append to it.
+			done(fmt.Errorf("%w: %s: its owner %s is down", queue.ErrNotOwned, id, owner))
+			return
 		}
-		p.publish(id, msg, func(err error) {
-			if err != nil && retry(err) {
-				return
-			}
-			done(err)
-		})
-	case owner != "" && owner != n.opts.NodeID && n.replicationFactor(id.Queue) <= 1:
-		// Its owner is down: with one replica, nobody else has its
-		// messages, so nobody else may append to it.
-		done(fmt.Errorf("%w: %s: its owner %s is down", queue.ErrNotOwned, id, owner))
-	default:
-		// Being claimed, or moving: wait for its owner.
-		if !retry(notServed(id)) {
-			done(notServed(id))
-		}
+	}
+	// Being claimed, moving, or electing a new leader: wait for its owner.
+	if !retry(notServed(id)) {
+		done(notServed(id))
 	}
 }
 
@@ -204,7 +205,7 @@ func (n *Node) Received(l queue.LeaseRef) { _ = n.settle(l, pb.SettleOp_RECEIVED
 func (n *Node) Extend(l queue.LeaseRef) error { return n.settle(l, pb.SettleOp_EXTEND) }
 
 func (n *Node) settle(l queue.LeaseRef, op pb.SettleOp) error {
-	rs := n.remoteLease(l, op)
+	rs := n.remoteLease(l)
 	if rs == nil {
 		switch op {
 		case pb.SettleOp_ACK:

@@ -2027,7 +2027,6 @@ func (*RaftResponse) Descriptor() ([]byte, []int) {
 // log to append, applied by every replica in log order.
 type RangeDelete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Partition     int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
 	From          uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
 	To            uint64                 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2062,13 +2061,6 @@ func (x *RangeDelete) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RangeDelete.ProtoReflect.Descriptor instead.
 func (*RangeDelete) Descriptor() ([]byte, []int) {
 	return file_cluster_proto_rawDescGZIP(), []int{30}
-}
-
-func (x *RangeDelete) GetPartition() int32 {
-	if x != nil {
-		return x.Partition
-	}
-	return 0
 }
 
 func (x *RangeDelete) GetFrom() uint64 {
@@ -2330,7 +2322,6 @@ type LogWrite struct {
 	DropGroups    []string               `protobuf:"bytes,9,rep,name=drop_groups,json=dropGroups,proto3" json:"drop_groups,omitempty"`
 	Dedups        []*DedupMark           `protobuf:"bytes,10,rep,name=dedups,proto3" json:"dedups,omitempty"`
 	Erase         bool                   `protobuf:"varint,11,opt,name=erase,proto3" json:"erase,omitempty"`
-	Id            uint64                 `protobuf:"varint,12,opt,name=id,proto3" json:"id,omitempty"` // the proposer's number for it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2442,16 +2433,11 @@ func (x *LogWrite) GetErase() bool {
 	return false
 }
 
-func (x *LogWrite) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
+// The data of an entry of writes is a header (a tag, the proposing run's
+// token and the entry's number in that run; see cluster/raft.go), then
+// this message.
 type RaftEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Proposer      string                 `protobuf:"bytes,1,opt,name=proposer,proto3" json:"proposer,omitempty"`
 	Writes        []*LogWrite            `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2485,13 +2471,6 @@ func (x *RaftEntry) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RaftEntry.ProtoReflect.Descriptor instead.
 func (*RaftEntry) Descriptor() ([]byte, []int) {
 	return file_cluster_proto_rawDescGZIP(), []int{36}
-}
-
-func (x *RaftEntry) GetProposer() string {
-	if x != nil {
-		return x.Proposer
-	}
-	return ""
 }
 
 func (x *RaftEntry) GetWrites() []*LogWrite {
@@ -2658,11 +2637,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\fR\amessage\"G\n" +
 	"\tRaftBatch\x12:\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1e.shardq.cluster.v1.RaftMessageR\bmessages\"\x0e\n" +
-	"\fRaftResponse\"O\n" +
-	"\vRangeDelete\x12\x1c\n" +
-	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x12\n" +
+	"\fRaftResponse\"7\n" +
+	"\vRangeDelete\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\x04R\x02to\"V\n" +
+	"\x02to\x18\x03 \x01(\x04R\x02toJ\x04\b\x01\x10\x02\"V\n" +
 	"\n" +
 	"FloorWrite\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
@@ -2679,7 +2657,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05count\x18\x03 \x01(\rR\x05count\"+\n" +
 	"\tDedupMark\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
-	"\x02at\x18\x02 \x01(\x03R\x02at\"\x86\x04\n" +
+	"\x02at\x18\x02 \x01(\x03R\x02at\"\xfc\x03\n" +
 	"\bLogWrite\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x124\n" +
@@ -2695,11 +2673,9 @@ const file_cluster_proto_rawDesc = "" +
 	"dropGroups\x124\n" +
 	"\x06dedups\x18\n" +
 	" \x03(\v2\x1c.shardq.cluster.v1.DedupMarkR\x06dedups\x12\x14\n" +
-	"\x05erase\x18\v \x01(\bR\x05erase\x12\x0e\n" +
-	"\x02id\x18\f \x01(\x04R\x02id\"\\\n" +
-	"\tRaftEntry\x12\x1a\n" +
-	"\bproposer\x18\x01 \x01(\tR\bproposer\x123\n" +
-	"\x06writes\x18\x02 \x03(\v2\x1b.shardq.cluster.v1.LogWriteR\x06writes*\xc8\x01\n" +
+	"\x05erase\x18\v \x01(\bR\x05eraseJ\x04\b\f\x10\r\"F\n" +
+	"\tRaftEntry\x123\n" +
+	"\x06writes\x18\x02 \x03(\v2\x1b.shardq.cluster.v1.LogWriteR\x06writesJ\x04\b\x01\x10\x02*\xc8\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tNOT_OWNED\x10\x01\x12\n" +
