@@ -1234,7 +1234,6 @@ func (h *raftHost) applyChange(g *rgroup, e *rpb.Entry) {
 	h.n.poke()
 }
 
-
 // replicas returns the replicas of the group named, as applied here.
 func (h *raftHost) replicas(name string) ([]string, bool) {
 	h.mu.Lock()
