@@ -663,3 +663,66 @@ func TestClusterTLS(t *testing.T) {
 		t.Fatal("the cluster listener answered a client without a certificate")
 	}
 }
+
+// TestPlainMQTTAcrossNodes: ordinary MQTT between real processes: a
+// publish on a reaches subscribers on b and c, a retained message
+// published on a is seen by a new subscriber on c, and a client ID that
+// connects on b takes its session over from a, keeping its subscription.
+func TestPlainMQTTAcrossNodes(t *testing.T) {
+	c := newCluster(t)
+	a, b, cc := c.start("a"), c.start("b"), c.start("c")
+	onB := dial(t, b.mqtt, "sub-b", 32)
+	onB.subscribe("plain/#")
+	onC := dial(t, cc.mqtt, "sub-c", 32)
+	onC.subscribe("plain/#")
+	pub := dial(t, a.mqtt, "pub-a", 32)
+	// Interest reaches a through etcd: publish until both have one.
+	deadline := time.Now().Add(15 * time.Second)
+	for len(onB.received()) == 0 || len(onC.received()) == 0 {
+		if code, err := pub.publish("plain/x", "", []byte("hello")); err != nil || code != 0 {
+			t.Fatalf("publish: %#x %v", code, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plain publish on a: b got %d, c got %d", len(onB.received()), len(onC.received()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Retained: published on a, seen by a subscriber arriving on c.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := pub.c.Publish(ctx, &paho.Publish{Topic: "kept/1", QoS: 1, Retain: true, Payload: []byte("r")}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		late := dial(t, cc.mqtt, "late-"+strconv.FormatInt(time.Now().UnixNano(), 36), 32)
+		late.subscribe("kept/#")
+		time.Sleep(200 * time.Millisecond)
+		if got := late.received(); len(got) == 1 && string(got[0].Payload) == "r" && got[0].Retain {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no retained message on c: %v", late.received())
+		}
+	}
+
+	// Session takeover: "mover" subscribes on a without clean start, then
+	// connects on b; a drops it, b keeps its subscription.
+	first := dialSession(t, a.mqtt, "mover", false)
+	first.subscribe("moved/#")
+	second := dialSession(t, b.mqtt, "mover", false)
+	select {
+	case <-first.c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection on a still open after the client ID connected on b")
+	}
+	for len(second.received()) == 0 {
+		if code, err := pub.publish("moved/1", "", []byte("m")); err != nil || code != 0 {
+			t.Fatalf("publish: %#x %v", code, err)
+		}
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatal("the session moved to b lost its subscription")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -289,7 +289,19 @@ func dialManual(t testing.TB, addr, id string, rm uint16) *client {
 	return dialClient(t, addr, id, rm, true)
 }
 
+// dialSession connects a client that keeps its session (clean start
+// false, a session expiry of an hour) unless clean.
+func dialSession(t testing.TB, addr, id string, clean bool) *client {
+	t.Helper()
+	return dialWith(t, addr, id, 32, false, clean)
+}
+
 func dialClient(t testing.TB, addr, id string, rm uint16, manual bool) *client {
+	t.Helper()
+	return dialWith(t, addr, id, rm, manual, true)
+}
+
+func dialWith(t testing.TB, addr, id string, rm uint16, manual, clean bool) *client {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -310,8 +322,12 @@ func dialClient(t testing.TB, addr, id string, rm uint16, manual bool) *client {
 		}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := cl.c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30,
-		Properties: &paho.ConnectProperties{ReceiveMaximum: &rm}}); err != nil {
+	expiry := uint32(0)
+	if !clean {
+		expiry = 3600
+	}
+	if _, err := cl.c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: clean, KeepAlive: 30,
+		Properties: &paho.ConnectProperties{ReceiveMaximum: &rm, SessionExpiryInterval: &expiry}}); err != nil {
 		t.Fatalf("connect %s to %s: %v", id, addr, err)
 	}
 	t.Cleanup(func() { _ = cl.c.Disconnect(&paho.Disconnect{}) })
