@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -180,11 +181,13 @@ func (n *Node) register(ctx context.Context) error {
 	if ttl < 1 {
 		ttl = 1
 	}
+	// The lease starts after the request leaves: it lasts at least until
+	// the request's time plus its TTL.
+	asked := monoNow()
 	grant, err := n.etcd.Grant(ctx, ttl)
 	if err != nil {
 		return fmt.Errorf("cluster: etcd lease: %w", err)
 	}
-	granted := monoNow()
 	info, _ := json.Marshal(NodeInfo{ID: n.opts.NodeID, MQTT: n.opts.MQTT, HTTP: n.opts.HTTP, Cluster: n.addr, Session: int64(grant.ID), Instance: n.opts.Instance})
 	key := n.keys.node(n.opts.NodeID)
 	resp, err := n.etcd.Txn(ctx).
@@ -217,34 +220,52 @@ func (n *Node) register(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w: node id %q is held by a live node (cluster address %s); node ids must be unique", ErrNodeIDInUse, n.opts.NodeID, other.Cluster)
 	}
-	ch, err := n.etcd.KeepAlive(n.ctx, grant.ID)
-	if err != nil {
-		return fmt.Errorf("cluster: keeping the etcd lease alive: %w", err)
-	}
-	// The lease started no earlier than the request: until the first
-	// renewal, it lasts from then.
-	n.guard.until.Store(granted + int64(n.opts.LeaseTTL-n.opts.LeaseTTL/5))
+	n.guard.renewed(asked, time.Duration(grant.TTL)*time.Second)
 	n.mu.Lock()
 	n.session = grant.ID
 	n.mu.Unlock()
 	n.member.Store(true)
 	n.wg.Add(1)
-	go n.keepAlive(grant.ID, ch)
+	go n.keepAlive(grant.ID, asked, time.Duration(grant.TTL)*time.Second)
 	n.log.Info("joined the cluster", "node", n.opts.NodeID, "cluster_addr", n.addr, "lease", int64(grant.ID))
 	n.plainRegistered() // ordinary MQTT across nodes: interest and client IDs under the new lease (plain.go)
 	return nil
 }
 
-// keepAlive renews the guard with each renewal of the lease. When the
+// keepAlive renews the lease a third of its TTL after each renewal, and
+// the guard with each renewal etcd confirmed, dated from when the request
+// left (an answer read late, after a pause, extends nothing). When the
 // lease is lost (etcd unreachable past the TTL, or the node was paused),
 // the node stops serving its partitions and joins again.
-func (n *Node) keepAlive(id clientv3.LeaseID, ch <-chan *clientv3.LeaseKeepAliveResponse) {
+func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) {
 	defer n.wg.Done()
-	for resp := range ch {
-		if resp.TTL <= 0 {
+	t := time.NewTimer(ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if monoNow() >= renewed+int64(ttl) {
+			break // past the lease: etcd may have ended it already
+		}
+		asked := monoNow()
+		ctx, cancel := context.WithDeadline(n.ctx, clockStart.Add(time.Duration(renewed)+ttl))
+		resp, err := n.etcd.KeepAliveOnce(ctx, id)
+		cancel()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			break
 		}
-		n.guard.renewed(time.Duration(resp.TTL) * time.Second)
+		if err != nil {
+			n.log.Debug("renewing the cluster lease", "err", err)
+			t.Reset(100 * time.Millisecond)
+			continue
+		}
+		ttl = time.Duration(resp.TTL) * time.Second
+		renewed = asked
+		n.guard.renewed(asked, ttl)
+		t.Reset(ttl / 3)
 	}
 	if n.ctx.Err() != nil {
 		return

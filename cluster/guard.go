@@ -21,12 +21,12 @@ var clockStart = time.Now()
 
 func monoNow() int64 { return int64(time.Since(clockStart)) }
 
-// renewed records a renewal confirmed now of a lease of ttl.
-func (g *guard) renewed(ttl time.Duration) {
-	// A renewal's answer comes after etcd restarted the TTL: less the
-	// margin for the request's way there, the lease lasts at least until
-	// now + ttl.
-	g.until.Store(monoNow() + int64(ttl-ttl/5))
+// renewed records a renewal of a lease of ttl whose request left at asked
+// (monotonic, monoNow): etcd restarted the TTL after that, so the lease
+// lasts at least until asked + ttl; a fifth of it is kept as margin for
+// the clocks of etcd and this node.
+func (g *guard) renewed(asked int64, ttl time.Duration) {
+	g.until.Store(asked + int64(ttl-ttl/5))
 }
 
 // lost forgets the lease.
