@@ -312,34 +312,23 @@ func (n *Node) deregister(ctx context.Context) error {
 }
 
 // watch keeps the view: one read of every key, then the changes.
-func (n *Node) watch() {
+func (n *Node) watch(rev int64) {
 	defer n.wg.Done()
 	for n.ctx.Err() == nil {
-		resp, err := n.etcd.Get(n.ctx, n.keys.prefix, clientv3.WithPrefix())
-		if err != nil {
-			n.log.Warn("reading the cluster's keys", "err", err)
-			select {
-			case <-n.ctx.Done():
-				return
-			case <-time.After(500 * time.Millisecond):
+		if rev == 0 {
+			var err error
+			if rev, err = n.loadView(n.ctx); err != nil {
+				n.log.Warn("reading the cluster's keys", "err", err)
+				select {
+				case <-n.ctx.Done():
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+				continue
 			}
-			continue
 		}
-		v := newView()
-		for _, kv := range resp.Kvs {
-			value := kv.Value
-			if value == nil {
-				value = []byte{}
-			}
-			v.apply(n.keys, string(kv.Key), value, kv.ModRevision)
-		}
-		v.rev = resp.Header.Revision
-		n.mu.Lock()
-		v.leaving = n.view.leaving
-		n.view = v
-		n.mu.Unlock()
-		n.changedView()
-		wch := n.etcd.Watch(clientv3.WithRequireLeader(n.ctx), n.keys.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		wch := n.etcd.Watch(clientv3.WithRequireLeader(n.ctx), n.keys.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		rev = 0 // after a break, read everything again
 		for wr := range wch {
 			if wr.Err() != nil {
 				n.log.Warn("watching the cluster's keys", "err", wr.Err())
@@ -367,6 +356,30 @@ func (n *Node) watch() {
 			}
 		}
 	}
+}
+
+// loadView reads every key of the cluster into a new view and returns the
+// revision it was read at.
+func (n *Node) loadView(ctx context.Context) (int64, error) {
+	resp, err := n.etcd.Get(ctx, n.keys.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	v := newView()
+	for _, kv := range resp.Kvs {
+		value := kv.Value
+		if value == nil {
+			value = []byte{}
+		}
+		v.apply(n.keys, string(kv.Key), value, kv.ModRevision)
+	}
+	v.rev = resp.Header.Revision
+	n.mu.Lock()
+	v.leaving = n.view.leaving
+	n.view = v
+	n.mu.Unlock()
+	n.changedView()
+	return resp.Header.Revision, nil
 }
 
 // plainKey reports whether key is one of plain MQTT's: interest or a

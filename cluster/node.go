@@ -274,8 +274,14 @@ func (n *Node) Start(ctx context.Context, m *queue.Manager) error {
 	if err := n.publishPlacement(ctx); err != nil {
 		return fail(fmt.Errorf("cluster: publishing the placement rules: %w", err))
 	}
+	// The cluster as it is now, before the node serves anything: where
+	// partitions go is decided from it.
+	rev, err := n.loadView(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("cluster: reading the cluster's keys: %w", err))
+	}
 	n.wg.Add(2)
-	go n.watch()
+	go n.watch(rev)
 	go n.reconcileLoop()
 	if n.raft != nil {
 		n.wg.Add(1)
