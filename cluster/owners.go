@@ -379,6 +379,47 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		g.servedTerm.Store(term)
 	}
 	n.maintainReplicas(id, g, rec, allowed, rf)
+	n.balanceLeader(id, g, allowed)
+}
+
+// leaderSettle is how long a leader serves before it hands the leadership
+// to the preferred replica, and how long it waits between two tries.
+const leaderSettle = 3 * time.Second
+
+// balanceLeader, on a partition's leader: the leadership goes to the
+// preferred replica, the live one that scores highest for the partition,
+// once it is in sync. So the partitions' leaders spread over the nodes as
+// their owners do with one replica, and return to a node that was down
+// once it caught up, rather than staying on the nodes that survived.
+func (n *Node) balanceLeader(id queue.PartitionID, g *rgroup, allowed []string) {
+	now := monoNow()
+	if now-g.leaderSince.Load() < int64(leaderSettle) || now-g.handedAt.Load() < int64(leaderSettle) {
+		return
+	}
+	cur, ok := n.raft.replicas(g.name)
+	if !ok {
+		return
+	}
+	in, ok := n.raft.inSync(g.name)
+	if !ok {
+		return
+	}
+	n.mu.Lock()
+	ranked := n.view.top(id, allowed, len(n.view.nodes))
+	n.mu.Unlock()
+	preferred := ""
+	for _, node := range ranked {
+		if slices.Contains(cur, node) {
+			preferred = node
+			break
+		}
+	}
+	if preferred == "" || preferred == n.opts.NodeID || !slices.Contains(in, preferred) {
+		return
+	}
+	g.handedAt.Store(now)
+	n.log.Info("handing a partition's leadership to its preferred replica", "partition", id.String(), "node", preferred)
+	n.raft.requestTransfer(g, func(node string) bool { return node == preferred })
 }
 
 // maintainReplicas, on a partition's leader: the record in etcd follows

@@ -180,6 +180,10 @@ type rgroup struct {
 	// servedTerm the term the partition was last acquired in here.
 	leaderTerm atomic.Uint64
 	servedTerm atomic.Uint64
+	// leaderSince: when this node became the leader (monoNow); handedAt:
+	// when it last asked to hand the leadership to the preferred replica.
+	leaderSince atomic.Int64
+	handedAt    atomic.Int64
 }
 
 type applyMark struct {
@@ -517,6 +521,7 @@ func (h *raftHost) softState(g *rgroup, ss *raft.SoftState) {
 	g.leader = leader
 	if leader {
 		g.leaderTerm.Store(g.rn.BasicStatus().GetTerm())
+		g.leaderSince.Store(monoNow())
 	}
 	g.isLeader.Store(leader)
 	if !leader {

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardq/shardq/cluster"
 )
 
 // Replication: three nodes, replication factor 3, ack_policy quorum (the
@@ -76,6 +78,60 @@ func TestLeaderKilled(t *testing.T) {
 	for _, l := range ledgers {
 		l.check(t, got)
 		t.Logf("codes %v", l.codes)
+	}
+	checkOrder(t, got)
+}
+
+// waitPreferred waits until each partition of the queue is led by its
+// preferred replica among the live nodes.
+func (c *testCluster) waitPreferred(queueName string, partitions int, within time.Duration, live ...string) map[int]ownership {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		o := c.owners(queueName)
+		ok := len(o) == partitions
+		for p, r := range o {
+			ok = ok && r.Owner == cluster.PreferredReplica(live, queueName, p)
+		}
+		if ok {
+			return o
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("partitions of %s not led by their preferred replicas among %v within %s: %v", queueName, live, within, o)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestLeadershipReturns: each partition is led by its preferred replica;
+// when that node is killed the others lead its partitions, and once it is
+// back and caught up the leadership returns to it, under load, with
+// nothing acknowledged lost.
+func TestLeadershipReturns(t *testing.T) {
+	c := newCluster(t)
+	stop := make(chan struct{})
+	ledgers, dones := c.underLoad(stop)
+	all := []string{"a", "b", "c"}
+	before := c.waitPreferred("orders", 8, 20*time.Second, all...)
+	victim := c.mostOwned("orders")
+	c.nodes[victim].kill()
+	c.waitFailover("orders", 8, victim, time.Now(), 20*time.Second)
+	waitTotal(t, ledgers, total(ledgers)+100)
+	c.start(victim)
+	after := c.waitPreferred("orders", 8, 30*time.Second, all...)
+	for p, o := range after {
+		if o.Owner == victim && o.Epoch <= before[p].Epoch {
+			t.Errorf("partition %d: led by %s again under epoch %d, not above %d", p, victim, o.Epoch, before[p].Epoch)
+		}
+	}
+	waitTotal(t, ledgers, total(ledgers)+100)
+	close(stop)
+	for _, d := range dones {
+		<-d
+	}
+	got := consumeAll(t, c.nodes["a"], "g", ledgers...)
+	for _, l := range ledgers {
+		l.check(t, got)
 	}
 	checkOrder(t, got)
 }
