@@ -112,9 +112,12 @@ func consumeAll(t *testing.T, n *node, group string, ls ...*ledger) []arrival {
 	for _, l := range ls {
 		want += l.ackedCount()
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	last, since := 0, time.Now()
 	for {
 		got := arrivals.since(start)
+		if len(got) > last {
+			last, since = len(got), time.Now()
+		}
 		have := map[string]bool{}
 		for _, a := range got {
 			have[string(a.p.Payload)] = true
@@ -129,9 +132,9 @@ func consumeAll(t *testing.T, n *node, group string, ls ...*ledger) []arrival {
 			}
 			l.mu.Unlock()
 		}
-		if missing == 0 || time.Now().After(deadline) {
+		if missing == 0 || time.Since(since) > stallAfter {
 			if missing > 0 {
-				t.Logf("%d of %d acknowledged messages still missing after 30s", missing, want)
+				t.Logf("%d of %d acknowledged messages still missing, none arrived for %s", missing, want, stallAfter)
 			}
 			return got
 		}
@@ -239,12 +242,27 @@ func (c *testCluster) threeUnderLoad(stop <-chan struct{}) (*node, *ledger, <-ch
 // waitAcked waits until the ledger holds n acknowledged messages.
 func waitAcked(t *testing.T, l *ledger, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for l.ackedCount() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d publishes acknowledged (codes %v)", l.ackedCount(), n, l.codes)
-		}
+	waitProgress(t, l.ackedCount, n, func() string { return fmt.Sprintf("codes %v", l.codeCounts()) })
+}
+
+// stallAfter is how long a wait for acknowledgements goes without a new
+// one before the test fails: the cluster stopped taking publishes. How
+// fast they come is not a test's business.
+const stallAfter = 15 * time.Second
+
+// waitProgress waits until count() reaches n, failing when it does not
+// grow for stallAfter.
+func waitProgress(t *testing.T, count func() int, n int, detail func() string) {
+	t.Helper()
+	last, since := count(), time.Now()
+	for last < n {
 		time.Sleep(20 * time.Millisecond)
+		if c := count(); c > last {
+			last, since = c, time.Now()
+		} else if time.Since(since) > stallAfter {
+			dumpNodes(t)
+			t.Fatalf("only %d of %d publishes acknowledged, none for %s (%s)", last, n, stallAfter, detail())
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -499,6 +500,12 @@ func (l *ledger) record(payload []byte, code byte, err error) {
 	if code == 0 {
 		l.acked[string(payload)] = true
 	}
+}
+
+func (l *ledger) codeCounts() map[byte]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.codes)
 }
 
 func (l *ledger) ackedCount() int {

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"syscall"
@@ -172,14 +173,7 @@ func total(ls []*ledger) int {
 
 func waitTotal(t *testing.T, ls []*ledger, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for total(ls) < n {
-		if time.Now().After(deadline) {
-			dumpNodes(t)
-			t.Fatalf("only %d of %d publishes acknowledged", total(ls), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitProgress(t, func() int { return total(ls) }, n, func() string { return fmt.Sprintf("%d producers", len(ls)) })
 }
 
 // TestLeaderPaused: a leader paused past the election timeout loses its
