@@ -92,7 +92,7 @@ func (s *Shard) applyAppends(w *txnWriter, appends []queue.Append) error {
 		if t.none || run[0].Message.Offset > t.last {
 			err = addMessages(e, run)
 			if err == nil {
-				err = holesBelowLow(w, q, p, run[0].Message.Offset)
+				err = s.holesBelowLow(w, q, p, run[0].Message.Offset)
 			}
 		} else {
 			err = mergeAppends(w, e, q, p, run)
@@ -461,10 +461,18 @@ func cutHole(w *txnWriter, q string, p uint32, from, to, trim uint64) error {
 // holesBelowLow marks holes (see trimPoint) when an append at first lands
 // below the low watermark, which a delete past the last message can leave
 // behind (the queue's deletes never reach past its committed offset).
-func holesBelowLow(w *txnWriter, q string, p uint32, first uint64) error {
+func (s *Shard) holesBelowLow(w *txnWriter, q string, p uint32, first uint64) error {
+	k := partKey{q, p}
+	if low, ok := s.lows[k]; ok && first >= low {
+		return nil
+	}
 	low, _, err := getUint64(w.txn, lowKey(q, p))
-	if err != nil || first >= low {
+	if err != nil {
 		return err
+	}
+	s.lows[k] = low
+	if first >= low {
+		return nil
 	}
 	return markHoles(w, q, p, false)
 }

@@ -43,6 +43,10 @@ type Shard struct {
 	// tails bounds the offsets each partition written since Open stores
 	// (see applyAppends). writeMu guards it.
 	tails map[partKey]tail
+	// lows bounds from above each partition's stored low watermark, for
+	// the partitions whose watermark was read since Open: an append past
+	// it needs no read of the watermark. writeMu guards it.
+	lows map[partKey]uint64
 
 	splits atomic.Int64 // commits past the first caused by ErrTxnTooBig
 }
@@ -119,6 +123,7 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 		}
 	}
 	for _, id := range b.Erase {
+		delete(s.lows, partKey{id.Queue, uint32(id.Partition)})
 		if err := erasePartition(w, id.Queue, uint32(id.Partition)); err != nil {
 			return err
 		}
@@ -139,6 +144,11 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 		k := partKey{r.Queue, uint32(r.Partition)}
 		w.useSnap = !touched[k]
 		touched[k] = true
+		if low, ok := s.lows[k]; ok {
+			// Raised before the write, so that it stays a bound if the
+			// write fails.
+			s.lows[k] = max(low, r.To)
+		}
 		if err := deleteRange(w, r); err != nil {
 			return err
 		}

@@ -189,5 +189,5 @@ func openShard(i int, dir string, o Options) (*Shard, error) {
 		_ = db.Close() // the upgrade's error is the one worth reporting
 		return nil, fmt.Errorf("storage: opening shard %d in %s: %w", i, dir, err)
 	}
-	return &Shard{id: i, db: db, log: log, async: o.AsyncWrites, tails: map[partKey]tail{}}, nil
+	return &Shard{id: i, db: db, log: log, async: o.AsyncWrites, tails: map[partKey]tail{}, lows: map[partKey]uint64{}}, nil
 }
