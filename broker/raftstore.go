@@ -15,12 +15,12 @@ func (r raftStore) Load(group string) (cluster.RaftState, error) {
 	return cluster.RaftState(st), err
 }
 
-func (r raftStore) Save(ws []cluster.RaftWrite) error {
+func (r raftStore) Save(ws []cluster.RaftWrite, sync bool) error {
 	out := make([]raftlog.Write, len(ws))
 	for i, w := range ws {
 		out[i] = raftlog.Write(w)
 	}
-	return r.s.Save(out)
+	return r.s.Save(out, sync)
 }
 
 func (r raftStore) Compact(group string, index, term uint64) error {

@@ -39,7 +39,9 @@ import (
 // RaftStore keeps the raft log of the node's groups (storage/raftlog).
 type RaftStore interface {
 	Load(group string) (RaftState, error)
-	Save(ws []RaftWrite) error
+	// Save stores many groups' writes with one write; with sync, durably
+	// when it returns, else with the next synced Save.
+	Save(ws []RaftWrite, sync bool) error
 	Compact(group string, index, term uint64) error
 	Drop(group string) error
 }
@@ -240,7 +242,7 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*rgroup
 		if err := ms.SetHardState(hs); err != nil {
 			return nil, err
 		}
-		if err := h.store.Save([]RaftWrite{{Group: name, HardState: hs, ConfState: meta.ConfState, Applied: 1}}); err != nil {
+		if err := h.store.Save([]RaftWrite{{Group: name, HardState: hs, ConfState: meta.ConfState, Applied: 1}}, true); err != nil {
 			return nil, err
 		}
 		if err := h.store.Compact(name, 1, 1); err != nil {
@@ -438,12 +440,13 @@ func notLeader(g *rgroup) error {
 // whether there was anything.
 func (h *raftHost) ready() bool {
 	type item struct {
-		g    *rgroup
-		rd   raft.Ready
-		sent bool
+		g             *rgroup
+		rd            raft.Ready
+		sent, applied bool
 	}
 	var items []item
 	var writes []RaftWrite
+	sync := false // only new entries, terms and votes need the disk now
 	for _, g := range h.all() {
 		if !g.rn.HasReady() {
 			continue
@@ -468,14 +471,25 @@ func (h *raftHost) ready() bool {
 		items = append(items, it)
 		if w.HardState != nil || len(w.Entries) > 0 {
 			writes = append(writes, w)
+			sync = sync || rd.MustSync
 		}
 	}
 	if len(items) == 0 {
 		return false
 	}
+	// Committed entries are on a majority's disks already: they are
+	// applied while the new ones are written, not after that write. Not
+	// so with a snapshot or a replica change, applied in order after it.
+	for i := range items {
+		it := &items[i]
+		if (it.rd.Snapshot == nil || raft.IsEmptySnap(it.rd.Snapshot)) && !hasConfChange(it.rd.CommittedEntries) {
+			h.apply(it.g, it.rd.CommittedEntries)
+			it.applied = true
+		}
+	}
 	if len(writes) > 0 {
 		start := time.Now()
-		err := h.store.Save(writes)
+		err := h.store.Save(writes, sync)
 		h.n.Metrics().logWrite.Observe(time.Since(start).Seconds())
 		if err != nil {
 			// Nothing may be sent or applied that is not on disk.
@@ -503,7 +517,9 @@ func (h *raftHost) ready() bool {
 		if w := rd.HardState; w != nil && !raft.IsEmptyHardState(w) {
 			_ = g.ms.SetHardState(w)
 		}
-		h.apply(g, rd.CommittedEntries)
+		if !it.applied {
+			h.apply(g, rd.CommittedEntries)
+		}
 		if rd.SoftState != nil {
 			h.softState(g, rd.SoftState)
 		}
@@ -511,6 +527,15 @@ func (h *raftHost) ready() bool {
 		h.updateCaughtUp(g)
 	}
 	return true
+}
+
+func hasConfChange(ents []*rpb.Entry) bool {
+	for _, e := range ents {
+		if e.GetType() != rpb.EntryType_EntryNormal {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *raftHost) softState(g *rgroup, ss *raft.SoftState) {
@@ -812,7 +837,7 @@ func (h *raftHost) checkpoint() {
 		h.logs.SyncAsync()
 		var err error
 		if len(ws) > 0 {
-			err = h.store.Save(ws)
+			err = h.store.Save(ws, true)
 		}
 		select {
 		case h.checkpoints <- checkpointDone{gs: gs, stored: stored, err: err}:
@@ -1119,7 +1144,7 @@ func (h *raftHost) installSnapshot(g *rgroup, snap *rpb.Snapshot) {
 		h.n.log.Warn("installing a snapshot", "group", g.name, "err", err)
 		return
 	}
-	if err := h.store.Save([]RaftWrite{{Group: g.name, ConfState: meta.GetConfState(), Applied: meta.GetIndex()}}); err != nil {
+	if err := h.store.Save([]RaftWrite{{Group: g.name, ConfState: meta.GetConfState(), Applied: meta.GetIndex()}}, true); err != nil {
 		h.n.log.Warn("recording a snapshot", "group", g.name, "err", err)
 	}
 	if err := h.store.Compact(g.name, meta.GetIndex(), meta.GetTerm()); err != nil {
@@ -1230,7 +1255,7 @@ func (h *raftHost) applyChange(g *rgroup, e *rpb.Entry) {
 	}
 	changed := len(g.replicas) != before
 	h.mu.Unlock()
-	if err := h.store.Save([]RaftWrite{{Group: g.name, ConfState: cs}}); err != nil {
+	if err := h.store.Save([]RaftWrite{{Group: g.name, ConfState: cs}}, true); err != nil {
 		h.n.log.Warn("recording a replica change", "group", g.name, "err", err)
 	}
 	if changed {

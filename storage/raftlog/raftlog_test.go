@@ -74,7 +74,7 @@ func indexes(es []*raftpb.Entry) []uint64 {
 
 func save(t *testing.T, s *Store, ws ...Write) {
 	t.Helper()
-	if err := s.Save(ws); err != nil {
+	if err := s.Save(ws, true); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -133,7 +133,7 @@ func TestSaveRefuses(t *testing.T) {
 		"index 0":            {Group: "g", Entries: ents(0, 1, 1)},
 		"decreasing indexes": {Group: "g", Entries: append(ents(3, 4, 1), ents(2, 2, 1)...)},
 	} {
-		if err := s.Save([]Write{{Group: "ok", Entries: ents(1, 1, 1)}, w}); err == nil {
+		if err := s.Save([]Write{{Group: "ok", Entries: ents(1, 1, 1)}, w}, true); err == nil {
 			t.Errorf("%s: Save succeeded", name)
 		}
 	}
@@ -346,7 +346,7 @@ func TestReopen(t *testing.T) {
 	if _, err := s.Load("a"); err == nil {
 		t.Fatal("Load after Close succeeded")
 	}
-	if err := s.Save([]Write{{Group: "a", Applied: 8}}); err == nil {
+	if err := s.Save([]Write{{Group: "a", Applied: 8}}, true); err == nil {
 		t.Fatal("Save after Close succeeded")
 	}
 
@@ -408,7 +408,7 @@ func TestConcurrentUse(t *testing.T) {
 		wg.Go(func() {
 			g := fmt.Sprintf("g%d", w)
 			for i := uint64(1); i <= 20; i++ {
-				if err := s.Save([]Write{{Group: g, Entries: ents(i, i, 1), HardState: hs(1, 1, i)}}); err != nil {
+				if err := s.Save([]Write{{Group: g, Entries: ents(i, i, 1), HardState: hs(1, 1, i)}}, true); err != nil {
 					t.Error(err)
 					return
 				}

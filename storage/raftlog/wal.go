@@ -101,6 +101,7 @@ type Store struct {
 	segs    []*segment // in order; the last is the active one
 	active  *os.File
 	size    int64 // of the active segment
+	dirty   bool  // the active segment has writes not synced
 	scratch []byte
 }
 
@@ -361,6 +362,15 @@ func (s *Store) startSegment(seq uint64) error {
 		return fmt.Errorf("raftlog: %w", err)
 	}
 	if s.active != nil {
+		// A segment is complete on disk before the next one starts.
+		if s.dirty {
+			if err := s.active.Sync(); err != nil {
+				_ = f.Close()
+				_ = os.Remove(path)
+				return fmt.Errorf("raftlog: syncing: %w", err)
+			}
+			s.dirty = false
+		}
 		_ = s.active.Close()
 	}
 	seg := &segment{seq: seq, path: path, last: map[string]uint64{}}
@@ -396,16 +406,22 @@ func (s *Store) startSegment(seq uint64) error {
 }
 
 // writeSync appends buf to the active segment and syncs it.
-func (s *Store) writeSync(buf []byte) error {
+func (s *Store) writeSync(buf []byte) error { return s.write(buf, true) }
+
+// write appends buf to the active segment, and syncs it when sync is set.
+func (s *Store) write(buf []byte, sync bool) error {
 	if len(buf) == 0 {
 		return nil
 	}
 	if _, err := s.active.Write(buf); err != nil {
 		return fmt.Errorf("raftlog: writing: %w", err)
 	}
-	if err := s.active.Sync(); err != nil {
-		return fmt.Errorf("raftlog: syncing: %w", err)
+	if sync {
+		if err := s.active.Sync(); err != nil {
+			return fmt.Errorf("raftlog: syncing: %w", err)
+		}
 	}
+	s.dirty = !sync
 	s.size += int64(len(buf))
 	return nil
 }
@@ -451,10 +467,12 @@ func checkGroup(name string) error {
 	return nil
 }
 
-// Save applies many groups' writes at once, with one write and one sync:
-// durable when it returns. Entries replace every stored entry of their
-// group at the index of the first one or above.
-func (s *Store) Save(ws []Write) error {
+// Save applies many groups' writes at once, with one write and, when
+// sync is set, one sync: durable when it returns. Without sync the writes
+// are durable with the next synced one (raft needs no sync when only a
+// commit index or an applied index changed). Entries replace every stored
+// entry of their group at the index of the first one or above.
+func (s *Store) Save(ws []Write, sync bool) error {
 	for _, w := range ws {
 		if err := checkGroup(w.Group); err != nil {
 			return err
@@ -518,7 +536,7 @@ func (s *Store) Save(ws []Write) error {
 			buf = appendRecord(buf, recMeta, w.Group, w.Meta)
 		}
 	}
-	if err := s.writeSync(buf); err != nil {
+	if err := s.write(buf, sync); err != nil {
 		return err
 	}
 	s.scratch = buf[:0]
@@ -607,10 +625,9 @@ func (s *Store) Compact(name string, index, term uint64) error {
 		return nil
 	}
 	buf := appendRecord(s.scratch[:0], recCompact, name, binary.AppendUvarint(binary.AppendUvarint(nil, index), term))
-	if _, err := s.active.Write(buf); err != nil {
-		return fmt.Errorf("raftlog: writing: %w", err)
+	if err := s.write(buf, false); err != nil {
+		return err
 	}
-	s.size += int64(len(buf))
 	s.scratch = buf[:0]
 	g.compact(index, term)
 	return nil
@@ -724,7 +741,11 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	if s.active != nil {
-		return s.active.Close()
+		var err error
+		if s.dirty {
+			err = s.active.Sync()
+		}
+		return errors.Join(err, s.active.Close())
 	}
 	return nil
 }
