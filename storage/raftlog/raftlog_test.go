@@ -290,6 +290,31 @@ func TestSegments(t *testing.T) {
 	}
 }
 
+// TestUnsyncedSaves: a Save without sync (a commit index moving) is read
+// back like any other, across segments, after a Close.
+func TestUnsyncedSaves(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, SegmentSize: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 100; i++ {
+		save(t, s, Write{Group: "g", HardState: hs(1, 1, i-1), Entries: ents(i, i, 1)})
+		if err := s.Save([]Write{{Group: "g", HardState: hs(1, 1, i)}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir)
+	st := load(t, s, "g")
+	if st.HardState.GetCommit() != 100 {
+		t.Fatalf("commit %d after reopening, want 100", st.HardState.GetCommit())
+	}
+	checkEntries(t, st.Entries, ents(1, 100, 1))
+}
+
 func TestDrop(t *testing.T) {
 	s := open(t, t.TempDir())
 	save(t, s,
