@@ -4,9 +4,25 @@
 // write and one fsync cover the entries of many groups.
 //
 // A segment is a sequence of records, each [length u32][crc32c u32][body];
-// a body is [kind][group name][payload]. Open replays the segments in
-// order; a torn record at the end of the last one (a crash in the middle
-// of a write) is cut off, anywhere else it is corruption. A group's state
+// a body is [kind][group name][payload]. Every write (one per Save) starts
+// with a batch record giving the length of what follows it in that write,
+// so that Open can tell a write the process never finished from damage to
+// one it finished:
+//
+//   - A write cut short (its batch runs past the end of the last segment,
+//     or only zeros follow the last complete write) was never synced and
+//     never answered: it is cut off.
+//   - Anything else that does not read back (a checksum mismatch, a
+//     record cut short inside a complete write, a bad record in any
+//     segment but the last) is damage to data that may have been synced
+//     and acknowledged to raft peers. Open refuses it with a *DamageError
+//     naming the file and offset, unless Options.Salvage is set: then the
+//     log is cut at the damaged write, what followed is set aside in
+//     files ending in .damaged, and the store reports itself recovering
+//     (Recovering) until its user says otherwise. A replica that lost
+//     entries it acknowledged must not vote until it has them again.
+//
+// A group's state
 // lives in memory; its entries are read from the files when the group is
 // loaded, by the positions of its entry records. When the active segment
 // grows past its size, a new one starts with a checkpoint of every group's
@@ -42,7 +58,23 @@ const (
 	recMeta      byte = 5
 	recCompact   byte = 6 // uvarint index, uvarint term
 	recDrop      byte = 7
+	// recBatch starts every write: uvarint length of the records that
+	// follow it in that write.
+	recBatch byte = 8
+	// recRecovering marks a group that must not vote: one byte, 1 or 0.
+	recRecovering byte = 9
 )
+
+// frameGap is the room a write keeps in front of its records for its
+// batch record: an 8-byte head and a body of at most maxBatchBody.
+const (
+	maxBatchBody = 1 + 1 + binary.MaxVarintLen64
+	frameGap     = 8 + maxBatchBody
+)
+
+// recoveringFile, present in the directory, says the store was salvaged:
+// groups it does not know may have lost what they acknowledged.
+const recoveringFile = "RECOVERING"
 
 // segmentSize is the size past which a new segment starts.
 const segmentSize = 64 << 20
@@ -62,6 +94,24 @@ type Options struct {
 	Logger *slog.Logger
 	// SegmentSize overrides the size past which a new segment starts.
 	SegmentSize int64
+	// Salvage opens a damaged log by cutting it at the damaged write (see
+	// the package doc) instead of refusing it.
+	Salvage bool
+}
+
+// DamageError reports data of a segment that does not read back and was
+// not the end of an unfinished write.
+type DamageError struct {
+	File   string
+	Offset int64  // where the damaged record starts
+	Cut    int64  // where a salvage cuts the file: the start of the write holding the damage
+	Cause  string // what is wrong there
+}
+
+func (e *DamageError) Error() string {
+	return fmt.Sprintf("raftlog: %s is damaged at offset %d (%s): it holds raft state this node may have acknowledged, "+
+		"so it is not cut off silently; start the node with its raft log salvaged (it then takes no part in elections "+
+		"until its peers have given it back every entry) or restore its data directory", e.File, e.Offset, e.Cause)
 }
 
 // State is what is stored of a group.
@@ -74,6 +124,8 @@ type State struct {
 	Entries  []*raftpb.Entry // in index order, all stored ones
 	Applied  uint64          // last applied index recorded
 	Meta     []byte          // the bytes stored with Write.Meta, nil when none
+	// Recovering is the flag last stored with Write.Recovering.
+	Recovering bool
 }
 
 // Write is one group's part of a Save.
@@ -86,6 +138,8 @@ type Write struct {
 	Entries []*raftpb.Entry
 	Applied uint64 // 0: unchanged
 	Meta    []byte // nil: unchanged
+	// Recovering, when set, stores whether the group must not vote.
+	Recovering *bool
 }
 
 // Store is the raft log of a node's groups. Its methods are safe for
@@ -103,6 +157,9 @@ type Store struct {
 	size    int64 // of the active segment
 	dirty   bool  // the active segment has writes not synced
 	scratch []byte
+	// salvaged is the damage a salvaging Open cut off, nil when none.
+	salvaged   *DamageError
+	recovering bool // the recovering file is present
 }
 
 type segment struct {
@@ -119,6 +176,8 @@ type group struct {
 	snap    *raftpb.SnapshotMetadata
 	applied uint64
 	meta    []byte
+	// recovering: the group must not vote (see Write.Recovering).
+	recovering bool
 	// runs are the entry records of the group not compacted away, in the
 	// order written: where to read them again.
 	runs []run
@@ -131,7 +190,8 @@ type run struct {
 	first, last uint64
 }
 
-// Open opens, or creates, the store in o.Dir.
+// Open opens, or creates, the store in o.Dir. A damaged log is refused
+// with a *DamageError, or salvaged when o.Salvage is set.
 func Open(o Options) (*Store, error) {
 	if o.Dir == "" {
 		return nil, errors.New("raftlog: no directory given")
@@ -143,88 +203,256 @@ func Open(o Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{dir: o.Dir, log: log.With("component", "raftlog"), segSize: o.SegmentSize, groups: map[string]*group{}}
+	log = log.With("component", "raftlog")
+	s := &Store{dir: o.Dir, log: log, segSize: o.SegmentSize, groups: map[string]*group{}}
 	if s.segSize <= 0 {
 		s.segSize = segmentSize
 	}
-	names, err := filepath.Glob(filepath.Join(o.Dir, "*.wal"))
+	err := s.load()
+	var damage *DamageError
+	if err == nil || !o.Salvage || !errors.As(err, &damage) {
+		return s, err
+	}
+	// Set the damage aside and read what is left again from the start:
+	// the records read before the damage in its write go too.
+	if err := salvage(o.Dir, damage); err != nil {
+		return nil, err
+	}
+	log.Error("raft log damaged: cut at the damaged write, what followed set aside; this node takes no part in elections until its peers have given it back every entry",
+		"file", damage.File, "offset", damage.Offset, "cut", damage.Cut, "cause", damage.Cause)
+	o.Salvage = false
+	s, err = Open(o)
 	if err != nil {
-		return nil, fmt.Errorf("raftlog: %w", err)
+		return nil, err
+	}
+	s.salvaged = damage
+	return s, nil
+}
+
+// load replays the segments and opens the last for writing.
+func (s *Store) load() error {
+	if _, err := os.Stat(filepath.Join(s.dir, recoveringFile)); err == nil {
+		s.recovering = true
+	}
+	names, err := filepath.Glob(filepath.Join(s.dir, "*.wal"))
+	if err != nil {
+		return fmt.Errorf("raftlog: %w", err)
 	}
 	sort.Strings(names)
 	for i, name := range names {
 		var seq uint64
 		if _, err := fmt.Sscanf(filepath.Base(name), "%016x.wal", &seq); err != nil {
-			return nil, fmt.Errorf("raftlog: unexpected file %s", name)
+			return fmt.Errorf("raftlog: unexpected file %s", name)
 		}
 		seg := &segment{seq: seq, path: name, last: map[string]uint64{}}
 		s.segs = append(s.segs, seg)
 		if err := s.replay(seg, i == len(names)-1); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if len(s.segs) == 0 {
-		if err := s.startSegment(1); err != nil {
-			return nil, err
-		}
-		return s, nil
+		return s.startSegment(1)
 	}
 	last := s.segs[len(s.segs)-1]
 	f, err := os.OpenFile(last.path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("raftlog: %w", err)
+		return fmt.Errorf("raftlog: %w", err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("raftlog: %w", err)
+		return fmt.Errorf("raftlog: %w", err)
 	}
 	s.active, s.size = f, st.Size()
-	return s, nil
+	return nil
 }
 
-// replay reads a segment's records into the groups' state; a torn record
-// ends the last segment (it is cut off) and is corruption elsewhere.
+// salvage cuts the damaged segment at d.Cut, moves what followed (and
+// every later segment) into .damaged files, and leaves the recovering
+// file, all durably.
+func salvage(dir string, d *DamageError) error {
+	data, err := os.ReadFile(d.File)
+	if err != nil {
+		return fmt.Errorf("raftlog: salvaging: %w", err)
+	}
+	aside := fmt.Sprintf("%s.%d.damaged", d.File, d.Cut)
+	if err := writeFileSync(aside, data[d.Cut:]); err != nil {
+		return err
+	}
+	if err := os.Truncate(d.File, d.Cut); err != nil {
+		return fmt.Errorf("raftlog: salvaging: %w", err)
+	}
+	if err := syncFile(d.File); err != nil {
+		return err
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
+	for _, name := range names {
+		if name > d.File {
+			if err := os.Rename(name, name+".damaged"); err != nil {
+				return fmt.Errorf("raftlog: salvaging: %w", err)
+			}
+		}
+	}
+	if err := writeFileSync(filepath.Join(dir, recoveringFile), []byte(d.Error()+"\n")); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func writeFileSync(path string, data []byte) error {
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	return syncFile(path)
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("raftlog: syncing %s: %w", path, err)
+	}
+	return nil
+}
+
+// replay reads a segment's records into the groups' state. The end of
+// the last segment may be a write cut short, which is cut off; anything
+// else that does not read back is a *DamageError.
 func (s *Store) replay(seg *segment, last bool) error {
 	f, err := os.Open(seg.path)
 	if err != nil {
 		return fmt.Errorf("raftlog: %w", err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	size := fi.Size()
 	r := bufio.NewReaderSize(f, 1<<20)
 	var off int64
+	// The write being read: from batchStart to batchEnd; framed is set
+	// once the segment showed a batch record (segments written before
+	// batches existed have none).
+	batchStart, batchEnd := int64(-1), int64(-1)
+	framed := false
 	var head [8]byte
-	for {
-		if _, err := io.ReadFull(r, head[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return s.torn(seg, off, last, err)
+	for off < size {
+		if off == batchEnd {
+			batchStart, batchEnd = -1, -1
 		}
-		n := binary.LittleEndian.Uint32(head[:4])
+		rd := rdamage{seg: seg, last: last, off: off, batchStart: batchStart}
+		if size-off < 8 {
+			return s.damaged(rd, "record head cut short", batchEnd < 0)
+		}
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return fmt.Errorf("raftlog: reading %s: %w", seg.path, err)
+		}
+		n := int64(binary.LittleEndian.Uint32(head[:4]))
+		if off+8+n > size || (batchEnd >= 0 && off+8+n > batchEnd) {
+			// A batch head is small: a long record where one is due is
+			// damage, not a write cut short.
+			return s.damaged(rd, "record runs past the end of its write", batchEnd < 0 && (n <= maxBatchBody || !framed))
+		}
 		body := make([]byte, n)
 		if _, err := io.ReadFull(r, body); err != nil {
-			return s.torn(seg, off, last, err)
+			return fmt.Errorf("raftlog: reading %s: %w", seg.path, err)
 		}
-		if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(head[4:]) {
-			return s.torn(seg, off, last, errors.New("checksum mismatch"))
+		if n == 0 || crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(head[4:]) {
+			return s.damaged(rd, "checksum mismatch", false)
 		}
-		if err := s.apply(seg, off+8, body); err != nil {
-			return fmt.Errorf("raftlog: %s at %d: %w", seg.path, off, err)
+		off += 8 + n
+		if body[0] == recBatch {
+			if batchEnd >= 0 {
+				return s.damaged(rd, "a write begins inside another", false)
+			}
+			length, k := binary.Uvarint(body[2:])
+			if len(body) < 3 || body[1] != 0 || k <= 0 {
+				return s.damaged(rd, "bad batch record", false)
+			}
+			framed = true
+			batchStart, batchEnd = rd.off, off+int64(length)
+			if batchEnd > size {
+				// The process stopped in the middle of this write: it was
+				// never synced, nothing was answered for it.
+				rd.batchStart = batchStart
+				return s.damaged(rd, "write cut short", true)
+			}
+			continue
 		}
-		off += 8 + int64(n)
-	}
-}
-
-func (s *Store) torn(seg *segment, off int64, last bool, cause error) error {
-	if !last {
-		return fmt.Errorf("raftlog: %s is corrupt at %d: %v", seg.path, off, cause)
-	}
-	s.log.Warn("raft log ends with a torn record, cut off", "file", seg.path, "offset", off, "cause", cause)
-	if err := os.Truncate(seg.path, off); err != nil {
-		return fmt.Errorf("raftlog: cutting %s: %w", seg.path, err)
+		if framed && batchEnd < 0 {
+			return s.damaged(rd, "record outside any write", false)
+		}
+		if err := s.apply(seg, rd.off+8, body); err != nil {
+			return s.damaged(rd, err.Error(), false)
+		}
 	}
 	return nil
+}
+
+// rdamage is where replay found a record that does not read back.
+type rdamage struct {
+	seg        *segment
+	last       bool
+	off        int64
+	batchStart int64 // -1: between writes
+}
+
+// damaged decides whether what replay found is the end of a write the
+// process never finished (cut off, nil returned) or damage. unfinished
+// tells that it looks like a write cut short: a batch record, or a record
+// between writes, running past the end of the file.
+func (s *Store) damaged(d rdamage, cause string, unfinished bool) error {
+	cut := d.off
+	if d.batchStart >= 0 {
+		cut = d.batchStart
+	}
+	torn := false
+	if d.last {
+		torn = unfinished
+		if !torn && d.batchStart < 0 {
+			// Zeros after the last complete write: room the file system
+			// gave a write whose data never reached it.
+			zero, err := zeroFrom(d.seg.path, d.off)
+			if err != nil {
+				return err
+			}
+			torn = zero
+		}
+	}
+	if !torn {
+		return &DamageError{File: d.seg.path, Offset: d.off, Cut: cut, Cause: cause}
+	}
+	s.log.Warn("raft log ends with a write cut short, cut off", "file", d.seg.path, "offset", cut, "cause", cause)
+	if err := os.Truncate(d.seg.path, cut); err != nil {
+		return fmt.Errorf("raftlog: cutting %s: %w", d.seg.path, err)
+	}
+	return nil
+}
+
+// zeroFrom reports whether the file holds only zero bytes from off on.
+func zeroFrom(path string, off int64) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("raftlog: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReader(io.NewSectionReader(f, off, 1<<62))
+	for {
+		b, err := r.ReadByte()
+		if err == io.EOF {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("raftlog: %w", err)
+		}
+		if b != 0 {
+			return false, nil
+		}
+	}
 }
 
 // apply records one record's effect in memory; off is where its body
@@ -281,6 +509,11 @@ func (s *Store) apply(seg *segment, off int64, body []byte) error {
 			return errors.New("bad compaction point")
 		}
 		g.compact(index, term)
+	case recRecovering:
+		if len(payload) != 1 {
+			return errors.New("bad recovering flag")
+		}
+		g.recovering = payload[0] == 1
 	case recDrop:
 		delete(s.groups, name)
 	default:
@@ -376,7 +609,7 @@ func (s *Store) startSegment(seq uint64) error {
 	seg := &segment{seq: seq, path: path, last: map[string]uint64{}}
 	s.segs = append(s.segs, seg)
 	s.active, s.size = f, 0
-	buf := s.scratch[:0]
+	buf := s.buffer()
 	for _, name := range s.sortedGroups() {
 		g := s.groups[name]
 		if g.snap != nil {
@@ -394,8 +627,11 @@ func (s *Store) startSegment(seq uint64) error {
 		if g.meta != nil {
 			buf = appendRecord(buf, recMeta, name, g.meta)
 		}
+		if g.recovering {
+			buf = appendRecord(buf, recRecovering, name, []byte{1})
+		}
 	}
-	if err := s.writeSync(buf); err != nil {
+	if _, err := s.write(buf, true); err != nil {
 		return err
 	}
 	if err := syncDir(s.dir); err != nil {
@@ -405,25 +641,39 @@ func (s *Store) startSegment(seq uint64) error {
 	return nil
 }
 
-// writeSync appends buf to the active segment and syncs it.
-func (s *Store) writeSync(buf []byte) error { return s.write(buf, true) }
+// buffer returns the scratch buffer, empty but for the room of a batch
+// record (see write).
+func (s *Store) buffer() []byte {
+	buf := append(s.scratch[:0], make([]byte, frameGap)...)
+	return buf
+}
 
-// write appends buf to the active segment, and syncs it when sync is set.
-func (s *Store) write(buf []byte, sync bool) error {
-	if len(buf) == 0 {
-		return nil
+// write appends the records of buf (from buffer, records from frameGap
+// on) to the active segment as one write led by its batch record, and
+// syncs it when sync is set. It returns the file offset of buf[frameGap].
+// A write that fails is cut off again, so that the next one does not
+// follow an unfinished one.
+func (s *Store) write(buf []byte, sync bool) (int64, error) {
+	if len(buf) == frameGap {
+		return s.size, nil
 	}
-	if _, err := s.active.Write(buf); err != nil {
-		return fmt.Errorf("raftlog: writing: %w", err)
+	var frame [frameGap]byte
+	head := appendRecord(frame[:0], recBatch, "", binary.AppendUvarint(nil, uint64(len(buf)-frameGap)))
+	start := frameGap - len(head)
+	copy(buf[start:], head)
+	if _, err := s.active.Write(buf[start:]); err != nil {
+		_ = s.active.Truncate(s.size)
+		return 0, fmt.Errorf("raftlog: writing: %w", err)
 	}
 	if sync {
 		if err := s.active.Sync(); err != nil {
-			return fmt.Errorf("raftlog: syncing: %w", err)
+			return 0, fmt.Errorf("raftlog: syncing: %w", err)
 		}
 	}
+	base := s.size + int64(len(head))
 	s.dirty = !sync
-	s.size += int64(len(buf))
-	return nil
+	s.size += int64(len(buf) - start)
+	return base, nil
 }
 
 func syncDir(dir string) error {
@@ -498,7 +748,7 @@ func (s *Store) Save(ws []Write, sync bool) error {
 			return err
 		}
 	}
-	buf := s.scratch[:0]
+	buf := s.buffer()
 	type pending struct {
 		name        string
 		off         int64
@@ -520,7 +770,7 @@ func (s *Store) Save(ws []Write, sync bool) error {
 			}
 			start := len(buf)
 			buf = appendRecord(buf, recEntries, w.Group, payload)
-			runs = append(runs, pending{w.Group, s.size + int64(start) + 8, len(buf) - start - 8,
+			runs = append(runs, pending{w.Group, int64(start-frameGap) + 8, len(buf) - start - 8,
 				w.Entries[0].GetIndex(), w.Entries[len(w.Entries)-1].GetIndex()})
 		}
 		if w.ConfState != nil {
@@ -535,14 +785,22 @@ func (s *Store) Save(ws []Write, sync bool) error {
 		if w.Meta != nil {
 			buf = appendRecord(buf, recMeta, w.Group, w.Meta)
 		}
+		if w.Recovering != nil {
+			flag := byte(0)
+			if *w.Recovering {
+				flag = 1
+			}
+			buf = appendRecord(buf, recRecovering, w.Group, []byte{flag})
+		}
 	}
-	if err := s.write(buf, sync); err != nil {
+	base, err := s.write(buf, sync)
+	if err != nil {
 		return err
 	}
 	s.scratch = buf[:0]
 	seg := s.segs[len(s.segs)-1]
 	for _, w := range ws {
-		if w.ConfState == nil && w.HardState == nil && w.Applied == 0 && w.Meta == nil && len(w.Entries) == 0 {
+		if w.ConfState == nil && w.HardState == nil && w.Applied == 0 && w.Meta == nil && w.Recovering == nil && len(w.Entries) == 0 {
 			continue
 		}
 		g := s.groups[w.Group]
@@ -562,11 +820,14 @@ func (s *Store) Save(ws []Write, sync bool) error {
 		if w.Meta != nil {
 			g.meta = slices.Clone(w.Meta)
 		}
+		if w.Recovering != nil {
+			g.recovering = *w.Recovering
+		}
 	}
 	for _, r := range runs {
 		g := s.groups[r.name]
 		g.truncateFrom(r.first)
-		g.runs = append(g.runs, run{seg: seg, off: r.off, length: r.length, first: r.first, last: r.last})
+		g.runs = append(g.runs, run{seg: seg, off: base + r.off, length: r.length, first: r.first, last: r.last})
 		seg.last[r.name] = max(seg.last[r.name], r.last)
 	}
 	return nil
@@ -624,8 +885,8 @@ func (s *Store) Compact(name string, index, term uint64) error {
 	if g.snap != nil && g.snap.GetIndex() >= index {
 		return nil
 	}
-	buf := appendRecord(s.scratch[:0], recCompact, name, binary.AppendUvarint(binary.AppendUvarint(nil, index), term))
-	if err := s.write(buf, false); err != nil {
+	buf := appendRecord(s.buffer(), recCompact, name, binary.AppendUvarint(binary.AppendUvarint(nil, index), term))
+	if _, err := s.write(buf, false); err != nil {
 		return err
 	}
 	s.scratch = buf[:0]
@@ -646,8 +907,8 @@ func (s *Store) Drop(group string) error {
 	if _, ok := s.groups[group]; !ok {
 		return nil
 	}
-	buf := appendRecord(s.scratch[:0], recDrop, group, nil)
-	if err := s.writeSync(buf); err != nil {
+	buf := appendRecord(s.buffer(), recDrop, group, nil)
+	if _, err := s.write(buf, true); err != nil {
 		return err
 	}
 	s.scratch = buf[:0]
@@ -688,7 +949,7 @@ func (s *Store) Load(name string) (State, error) {
 	if g == nil {
 		return State{}, nil
 	}
-	st := State{Applied: g.applied, Meta: slices.Clone(g.meta)}
+	st := State{Applied: g.applied, Meta: slices.Clone(g.meta), Recovering: g.recovering}
 	if g.hs != nil {
 		st.HardState = proto.Clone(g.hs).(*raftpb.HardState)
 	}
@@ -730,6 +991,37 @@ func (s *Store) Load(name string) (State, error) {
 		}
 	}
 	return st, nil
+}
+
+// Salvaged returns the damage a salvaging Open cut off, nil when it found
+// none.
+func (s *Store) Salvaged() *DamageError { return s.salvaged }
+
+// Recovering reports whether the store was salvaged and its user has not
+// yet called Recovered: a group it holds nothing of may have lost what it
+// acknowledged, like the groups flagged Recovering.
+func (s *Store) Recovering() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recovering
+}
+
+// Recovered records, durably, that every group the salvage concerned has
+// its entries back.
+func (s *Store) Recovered() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.recovering {
+		return nil
+	}
+	if err := os.Remove(filepath.Join(s.dir, recoveringFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return err
+	}
+	s.recovering = false
+	return nil
 }
 
 // Close closes the store; it can be called twice.
