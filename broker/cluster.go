@@ -60,7 +60,10 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 		}
 		o.TLS = t
 	}
-	rl, err := raftlog.Open(raftlog.Options{Dir: filepath.Join(cfg.DataDir, "raft"), Logger: b.log})
+	// A damaged raft log is salvaged, not refused: the groups it concerns
+	// take no part in elections until their peers gave them back every
+	// entry (cluster/recovery.go).
+	rl, err := raftlog.Open(raftlog.Options{Dir: filepath.Join(cfg.DataDir, "raft"), Logger: b.log, Salvage: true})
 	if err != nil {
 		return nil, fmt.Errorf("broker: opening the raft log: %w", err)
 	}

@@ -28,3 +28,6 @@ func (r raftStore) Compact(group string, index, term uint64) error {
 }
 
 func (r raftStore) Drop(group string) error { return r.s.Drop(group) }
+
+func (r raftStore) Recovering() bool { return r.s.Recovering() }
+func (r raftStore) Recovered() error { return r.s.Recovered() }

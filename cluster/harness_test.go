@@ -539,4 +539,20 @@ func (l *ledger) check(t testing.TB, got []arrival) {
 	}
 }
 
+// startThree starts nodes a, b and c, publishes a first message through
+// a so that the queue orders exists, and waits until its 8 partitions
+// are served; it returns a's producer client.
+func (c *testCluster) startThree() *client {
+	c.t.Helper()
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	prod := dial(c.t, c.nodes["a"].mqtt, "producer", 64)
+	if code, err := prod.publish("$queue/orders", "k0", message("first", 0)); err != nil || code != 0 {
+		c.t.Fatalf("publish: %#x %v", code, err)
+	}
+	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	return prod
+}
+
 func TestMain(m *testing.M) { testbin.Main(m) }

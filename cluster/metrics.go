@@ -20,10 +20,13 @@ type Metrics struct {
 	remote   prometheus.Counter
 	// Replication.
 	elections prometheus.Counter
-	lag       *prometheus.GaugeVec
-	proposals prometheus.Histogram
-	copies    prometheus.Counter
-	logWrite  prometheus.Histogram
+	// recovering counts the raft groups of this node that take no part in
+	// elections until they have their entries back.
+	recovering prometheus.Gauge
+	lag        *prometheus.GaugeVec
+	proposals  prometheus.Histogram
+	copies     prometheus.Counter
+	logWrite   prometheus.Histogram
 }
 
 // NewMetrics returns the cluster's metrics, registered on reg when it is
@@ -48,6 +51,8 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 			Help: "Plain MQTT publishes sent to other nodes' subscribers.", ConstLabels: l}),
 		remote: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_remote_deliveries_total",
 			Help: "Queue deliveries sent to consumers connected to other nodes.", ConstLabels: l}),
+		recovering: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardq_cluster_raft_recovering_groups",
+			Help: "Raft groups of this node whose log lost entries (salvaged after damage): they take no part in elections until a leader has given them back every committed entry."}),
 		elections: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_leader_changes_total",
 			Help: "Times this node became or stopped being the raft leader of a partition.", ConstLabels: l}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardq_cluster_replication_lag_entries",
@@ -62,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 			Help: "Copies of a partition this leader sent to a replica its compacted raft log had left behind.", ConstLabels: l}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.elections, m.lag, m.proposals, m.copies, m.logWrite} {
+		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.elections, m.recovering, m.lag, m.proposals, m.copies, m.logWrite} {
 			reg.MustRegister(c)
 		}
 	}

@@ -162,6 +162,10 @@ func (n *Node) reconcile() {
 			}
 		}
 	}
+	if n.raft != nil {
+		// Every group of this node is open now.
+		n.raft.recoveredAll()
+	}
 }
 
 // liveNode reports whether node is a member now.

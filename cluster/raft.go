@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	rpb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -44,6 +43,11 @@ type RaftStore interface {
 	Save(ws []RaftWrite, sync bool) error
 	Compact(group string, index, term uint64) error
 	Drop(group string) error
+	// Recovering reports that the store was salvaged after damage and
+	// Recovered was not called since: a group it holds nothing of may
+	// have lost what it acknowledged.
+	Recovering() bool
+	Recovered() error
 }
 
 // RaftState is what is stored of a group.
@@ -54,6 +58,8 @@ type RaftState struct {
 	Entries   []*rpb.Entry
 	Applied   uint64
 	Meta      []byte
+	// Recovering: the group lost entries it acknowledged (recovery.go).
+	Recovering bool
 }
 
 // RaftWrite is what one Ready of a group stores.
@@ -64,6 +70,8 @@ type RaftWrite struct {
 	Entries   []*rpb.Entry
 	Applied   uint64
 	Meta      []byte
+	// Recovering, when set, stores whether the group is recovering.
+	Recovering *bool
 }
 
 const (
@@ -163,6 +171,8 @@ type rgroup struct {
 	hsTerm, hsVote uint64
 	synced         uint64 // applied index last recorded
 	compacted      uint64
+	// lagged: the replicas whose lag series this leader set last tick.
+	lagged, laggedBefore []string
 
 	// inSync: the replicas within raftInSyncLag entries of the leader's
 	// log, as the leader saw them at its last tick (nil: not the leader).
@@ -177,6 +187,12 @@ type rgroup struct {
 	// starts an election at once rather than after a timeout (driver
 	// goroutine).
 	campaign bool
+	// recovering: this replica's log lost entries; it takes no part in
+	// elections until recoverTo, what its leader had committed when first
+	// heard from, is committed here too (recovery.go). recoverTo is the
+	// driver goroutine's.
+	recovering atomic.Bool
+	recoverTo  uint64
 
 	// leaderTerm is the term this node leads in (while isLeader);
 	// servedTerm the term the partition was last acquired in here.
@@ -269,9 +285,25 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*rgroup
 		if err := ms.Append(st.Entries); err != nil {
 			return nil, err
 		}
+		last, _ := ms.LastIndex()
+		if hs := st.HardState; hs != nil && hs.GetCommit() > last {
+			// Only a salvaged log lacks entries its commit names.
+			h.n.log.Warn("raft group's commit index is past its log; it starts from its log", "group", name, "commit", hs.GetCommit(), "last", last)
+			hs.Commit = proto.Uint64(last)
+			if err := ms.SetHardState(hs); err != nil {
+				return nil, err
+			}
+		}
 		applied = max(st.Applied, meta.GetIndex())
 		if st.HardState != nil && applied > st.HardState.GetCommit() {
 			applied = st.HardState.GetCommit()
+		}
+	}
+	recovering := h.recoveringAtOpen(st)
+	if recovering {
+		yes := true
+		if err := h.store.Save([]RaftWrite{{Group: name, Recovering: &yes}}, true); err != nil {
+			return nil, err
 		}
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
@@ -283,8 +315,9 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*rgroup
 		return nil, fmt.Errorf("cluster: raft group %s: %w", name, err)
 	}
 	g = &rgroup{name: name, id: id, rn: rn, ms: ms, replicas: replicas, nodes: nodes, inflight: map[uint64]*proposal{},
-		proposed: map[uint64][]*proposal{}, campaign: fresh && len(replicas) > 0 && replicas[0] == h.n.opts.NodeID,
+		proposed: map[uint64][]*proposal{}, campaign: fresh && !recovering && len(replicas) > 0 && replicas[0] == h.n.opts.NodeID,
 		stored: applied, synced: applied}
+	g.recovering.Store(recovering)
 	h.mu.Lock()
 	if existing := h.groups[name]; existing != nil {
 		h.mu.Unlock()
@@ -292,6 +325,10 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*rgroup
 	}
 	h.groups[name] = g
 	h.mu.Unlock()
+	if recovering {
+		h.n.Metrics().recovering.Inc()
+		h.n.log.Warn("raft group starts recovering: it takes no part in elections until a leader has given it back every committed entry", "group", name)
+	}
 	h.poke()
 	return g, nil
 }
@@ -376,6 +413,9 @@ func (h *raftHost) step(w *pb.RaftMessage) {
 		h.n.log.Warn("raft message undecodable", "group", w.Group, "err", err)
 		return
 	}
+	if !h.screen(g, m) {
+		return
+	}
 	if m.GetType() == rpb.MessageType_MsgHeartbeat {
 		// A leader never commits past what a replica acknowledged: a
 		// heartbeat beyond this log was sent before the replica was
@@ -385,7 +425,9 @@ func (h *raftHost) step(w *pb.RaftMessage) {
 			return
 		}
 	}
+	h.lostEntries(g, m)
 	_ = g.rn.Step(m)
+	h.stepped(g, m)
 }
 
 // propose packs each leader group's pending writes into one entry.
@@ -525,6 +567,7 @@ func (h *raftHost) ready() bool {
 		}
 		g.rn.Advance(rd)
 		h.updateCaughtUp(g)
+		h.checkRecovered(g)
 	}
 	return true
 }
@@ -584,19 +627,19 @@ const raftInSyncLag = 1000
 // progress records which replicas are in sync with this leader, and their
 // lag.
 func (h *raftHost) progress(g *rgroup) {
-	series := prometheus.Labels{"queue": g.id.Queue, "partition": strconv.Itoa(g.id.Partition)}
+	partition := strconv.Itoa(g.id.Partition)
+	// Two slices in turn: no allocation per tick.
+	lagged := g.lagged
+	g.lagged, g.laggedBefore = g.laggedBefore[:0], lagged
 	if !g.leader {
 		h.mu.Lock()
-		had := g.inSync != nil
 		g.inSync = nil
 		h.mu.Unlock()
-		if had {
-			h.n.Metrics().lag.DeletePartialMatch(series)
+		for _, node := range lagged {
+			h.n.Metrics().lag.DeleteLabelValues(g.id.Queue, partition, node)
 		}
 		return
 	}
-	// Replicas removed since the last tick lose their series.
-	h.n.Metrics().lag.DeletePartialMatch(series)
 	last, _ := g.ms.LastIndex()
 	var in []string
 	self := raftID(h.n.opts.NodeID)
@@ -612,8 +655,17 @@ func (h *raftHost) progress(g *rgroup) {
 		if lag <= raftInSyncLag && (id == self || pr.RecentActive) {
 			in = append(in, node)
 		}
-		h.n.Metrics().lag.WithLabelValues(g.id.Queue, strconv.Itoa(g.id.Partition), node).Set(float64(lag))
+		h.n.Metrics().lag.WithLabelValues(g.id.Queue, partition, node).Set(float64(lag))
+		g.lagged = append(g.lagged, node)
 	})
+	// Replicas removed since the last tick lose their series: one lookup
+	// each, not a scan of every series (this runs every tick for every
+	// group led here).
+	for _, node := range lagged {
+		if !slices.Contains(g.lagged, node) {
+			h.n.Metrics().lag.DeleteLabelValues(g.id.Queue, partition, node)
+		}
+	}
 	slices.Sort(in)
 	h.mu.Lock()
 	g.inSync = in
@@ -642,6 +694,9 @@ func (h *raftHost) send(g *rgroup, msgs []*rpb.Message) {
 		if m.GetType() == rpb.MessageType_MsgSnap {
 			h.sendSnapshot(g, node, m)
 			continue
+		}
+		if g.recovering.Load() && (m.GetType() == rpb.MessageType_MsgPreVote || m.GetType() == rpb.MessageType_MsgVote) {
+			continue // asks for no votes (recovery.go)
 		}
 		data, err := proto.Marshal(m)
 		if err != nil {

@@ -323,14 +323,7 @@ func TestSIGTERMReplicated(t *testing.T) {
 // and serves again once a replica returns.
 func TestQuorumLost(t *testing.T) {
 	c := newCluster(t)
-	for _, id := range []string{"a", "b", "c"} {
-		c.start(id)
-	}
-	cl := dial(t, c.nodes["a"].mqtt, "producer", 64)
-	if code, err := cl.publish("$queue/orders", "k", message("k", 0)); err != nil || code != 0 {
-		t.Fatalf("publish: %#x %v", code, err)
-	}
-	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	cl := c.startThree()
 	c.nodes["b"].kill()
 	c.nodes["c"].kill()
 	refused := 0

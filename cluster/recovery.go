@@ -1,0 +1,136 @@
+package cluster
+
+import (
+	rpb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Recovery: a replica whose raft log lost entries it had acknowledged
+// (its log was damaged and salvaged, see storage/raftlog) must not vote:
+// with a replica that never had those entries it could elect a leader
+// without them, and they would be lost though a majority once stored
+// them. Raft assumes a durable log and cannot see this on its own, so a
+// recovering group here
+//
+//   - answers no vote, pre-vote or leadership transfer, and asks for
+//     none;
+//   - answers a leader's heartbeat with a rejection that makes the leader
+//     probe its log again (a leader that thinks this replica holds
+//     entries it lost never sends them otherwise), and a leader that sees
+//     a replica reject below what it acknowledged hands the leadership to
+//     another replica, whose fresh view of every follower sends them
+//     again;
+//   - stops recovering once its log holds everything a leader had
+//     committed when it first heard from that leader: from then on it
+//     holds every acknowledged entry, as any follower does.
+//
+// A group is recovering when the store says so for it, or when the whole
+// store is (salvaged, and not every group has come back since): a group
+// the salvage cut off entirely looks new. The flag is stored, so that a
+// restart while recovering goes on recovering.
+
+// recoveringAtOpen reports whether a group opened with the stored state
+// st starts recovering.
+func (h *raftHost) recoveringAtOpen(st RaftState) bool {
+	return st.Recovering || h.store.Recovering()
+}
+
+// screen filters what a peer sends to a recovering group (driver
+// goroutine): it reports whether m is stepped.
+func (h *raftHost) screen(g *rgroup, m *rpb.Message) bool {
+	if !g.recovering.Load() {
+		return true
+	}
+	switch m.GetType() {
+	case rpb.MessageType_MsgVote, rpb.MessageType_MsgPreVote, rpb.MessageType_MsgTimeoutNow:
+		return false
+	case rpb.MessageType_MsgHeartbeat:
+		last, _ := g.ms.LastIndex()
+		// Ask the leader to probe this log: its view of it may be stale.
+		h.send(g, []*rpb.Message{{
+			Type: rpb.MessageType_MsgAppResp.Enum(), To: proto.Uint64(m.GetFrom()), From: proto.Uint64(m.GetTo()),
+			Term: proto.Uint64(m.GetTerm()), Index: proto.Uint64(m.GetCommit()), Reject: proto.Bool(true),
+			RejectHint: proto.Uint64(last),
+		}})
+		return m.GetCommit() <= last
+	}
+	return true
+}
+
+// stepped notes, after a recovering group stepped m, what its leader had
+// committed (driver goroutine).
+func (h *raftHost) stepped(g *rgroup, m *rpb.Message) {
+	if g.recovering.Load() && m.GetType() == rpb.MessageType_MsgApp && g.rn.BasicStatus().Lead == m.GetFrom() {
+		g.recoverTo = max(g.recoverTo, m.GetCommit())
+	}
+}
+
+// checkRecovered ends a group's recovery once its log holds what its
+// leader had committed (driver goroutine).
+func (h *raftHost) checkRecovered(g *rgroup) {
+	if !g.recovering.Load() || g.recoverTo == 0 {
+		return
+	}
+	st := g.rn.BasicStatus()
+	if st.Lead == 0 || st.HardState.GetCommit() < g.recoverTo {
+		return
+	}
+	no := false
+	if err := h.store.Save([]RaftWrite{{Group: g.name, Recovering: &no}}, true); err != nil {
+		h.n.log.Error("recording a replica's recovery", "group", g.name, "err", err)
+		return
+	}
+	g.recovering.Store(false)
+	h.n.Metrics().recovering.Dec()
+	h.n.log.Info("replica has every committed entry back; it takes part in elections again", "group", g.name, "commit", st.HardState.GetCommit())
+}
+
+// lostEntries, on a leader, reads a rejection from a replica: one below
+// what the replica acknowledged means it lost entries (driver goroutine).
+// Raft never sends a follower entries below what it acknowledged, so the
+// leadership goes to another replica, which starts from a fresh view.
+func (h *raftHost) lostEntries(g *rgroup, m *rpb.Message) {
+	if !g.leader || m.GetType() != rpb.MessageType_MsgAppResp || !m.GetReject() {
+		return
+	}
+	pr := g.rn.Status().Progress[m.GetFrom()]
+	if m.GetIndex() > pr.Match {
+		return
+	}
+	node := g.nodes[m.GetFrom()]
+	if m.GetRejectHint() >= pr.Match {
+		// It has what it acknowledged; a probe shows where it is.
+		g.rn.ReportUnreachable(m.GetFrom())
+		return
+	}
+	if g.rn.BasicStatus().LeadTransferee != 0 {
+		return
+	}
+	h.n.log.Warn("a replica lost entries it had acknowledged; the leadership moves so that they are sent to it again",
+		"group", g.name, "replica", node, "its_last", m.GetRejectHint(), "acknowledged", pr.Match)
+	for _, r := range g.replicas {
+		if r != h.n.opts.NodeID && r != node && h.n.liveNode(r) {
+			g.rn.TransferLeader(raftID(r))
+			return
+		}
+	}
+}
+
+// recoveredAll clears the store's recovering state once a whole pass of
+// the reconcile loop opened every group of this node and none is
+// recovering.
+func (h *raftHost) recoveredAll() {
+	if !h.store.Recovering() {
+		return
+	}
+	for _, g := range h.all() {
+		if g.recovering.Load() {
+			return
+		}
+	}
+	if err := h.store.Recovered(); err != nil {
+		h.n.log.Error("recording the raft log's recovery", "err", err)
+		return
+	}
+	h.n.log.Info("every raft group of this node has its entries back")
+}
