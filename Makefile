@@ -55,10 +55,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzACL$$' -fuzztime $(FUZZTIME) ./auth
 	$(GO) test -run '^$$' -fuzz '^FuzzParseUsers$$' -fuzztime $(FUZZTIME) ./auth
 
+# STATICCHECK is run from the module proxy at a fixed version.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "not gofmt-ed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 # verify also fails when go.mod or go.sum are not tidy, printing the difference.
 verify: lint

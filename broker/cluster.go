@@ -69,6 +69,14 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 	}
 	b.raftLog = rl
 	o.RaftStore = raftStore{rl}
+	// A restarted node takes its id over from its earlier run at once,
+	// rather than waiting for that run's lease to lapse: the data
+	// directory, which one process at a time holds, names the run.
+	if o.Instance, err = dataDirInstance(cfg.DataDir); err != nil {
+		_ = rl.Close()
+		b.raftLog = nil
+		return nil, err
+	}
 	o.QueueOptions = func(name string) queue.Options {
 		q, _ := cfg.QueueOptions(name)
 		return q

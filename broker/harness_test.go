@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -350,8 +349,6 @@ func payloads(n int, prefix string) [][]byte {
 	}
 	return out
 }
-
-func hasPrefix(b []byte, p string) bool { return strings.HasPrefix(string(b), p) }
 
 // dialV3 connects an MQTT 3.1.1 client (paho.mqtt.golang).
 func dialV3(t *testing.T, addr, id string, edit func(*paho3.ClientOptions)) paho3.Client {

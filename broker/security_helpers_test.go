@@ -193,7 +193,7 @@ func counter(t *testing.T, b *testBroker, name, label, value string) float64 {
 
 // mosquitto runs a mosquitto client (Debian's mosquitto-clients), skipping
 // the test without it; it returns the exit error and the output.
-func mosquitto(t *testing.T, name string, args ...string) (error, string) {
+func mosquitto(t *testing.T, name string, args ...string) (string, error) {
 	t.Helper()
 	path, err := exec.LookPath(name)
 	if err != nil {
@@ -209,11 +209,11 @@ func mosquitto(t *testing.T, name string, args ...string) (error, string) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		return err, out.String()
+		return out.String(), err
 	case <-time.After(20 * time.Second):
 		_ = cmd.Process.Kill()
 		t.Fatalf("%s %v still running after 20s:\n%s", name, args, out.String())
-		return nil, ""
+		return "", nil
 	}
 }
 

@@ -70,14 +70,14 @@ func TestSecurityAuthentication(t *testing.T) {
 
 	t.Run("mosquitto clients", func(t *testing.T) {
 		h, p := "127.0.0.1", port(addr)
-		if err, out := mosquitto(t, "mosquitto_pub", "-h", h, "-p", p, "-V", "mqttv5", "-u", "alice", "-P", "alice-pw", "-q", "1", "-t", "$queue/auth", "-m", "hi"); err != nil {
+		if out, err := mosquitto(t, "mosquitto_pub", "-h", h, "-p", p, "-V", "mqttv5", "-u", "alice", "-P", "alice-pw", "-q", "1", "-t", "$queue/auth", "-m", "hi"); err != nil {
 			t.Fatalf("mosquitto_pub as alice: %v\n%s", err, out)
 		}
-		err, out := mosquitto(t, "mosquitto_pub", "-h", h, "-p", p, "-V", "mqttv5", "-u", "alice", "-P", "nope", "-q", "1", "-t", "$queue/auth", "-m", "x")
+		out, err := mosquitto(t, "mosquitto_pub", "-h", h, "-p", p, "-V", "mqttv5", "-u", "alice", "-P", "nope", "-q", "1", "-t", "$queue/auth", "-m", "x")
 		if err == nil || !strings.Contains(strings.ToLower(out), "bad user name or password") {
 			t.Errorf("mosquitto_pub with a wrong password: %v\n%s", err, out)
 		}
-		err, out = mosquitto(t, "mosquitto_sub", "-h", h, "-p", p, "-V", "mqttv5", "-u", "bob", "-P", "bob-pw", "-q", "1",
+		out, err = mosquitto(t, "mosquitto_sub", "-h", h, "-p", p, "-V", "mqttv5", "-u", "bob", "-P", "bob-pw", "-q", "1",
 			"-t", "$share/g/$queue/auth", "-C", "1", "-W", "10")
 		if err != nil || !strings.Contains(out, "hi") {
 			t.Errorf("mosquitto_sub as bob: %v\n%s", err, out)

@@ -141,15 +141,15 @@ func TestSecurityTLSListeners(t *testing.T) {
 	})
 	t.Run("mosquitto clients with --cafile", func(t *testing.T) {
 		p := port(mqtts)
-		if err, out := mosquitto(t, "mosquitto_pub", "-h", "localhost", "-p", p, "--cafile", n.ca.CertFile, "-V", "mqttv5",
+		if out, err := mosquitto(t, "mosquitto_pub", "-h", "localhost", "-p", p, "--cafile", n.ca.CertFile, "-V", "mqttv5",
 			"-u", "bob", "-P", "bob-pw", "-q", "1", "-t", "devices/bob/m", "-m", "x"); err != nil {
 			t.Errorf("mosquitto_pub --cafile -u -P: %v\n%s", err, out)
 		}
-		if err, out := mosquitto(t, "mosquitto_pub", "-h", "localhost", "-p", p, "--cafile", n.ca.CertFile, "-V", "mqttv5",
+		if out, err := mosquitto(t, "mosquitto_pub", "-h", "localhost", "-p", p, "--cafile", n.ca.CertFile, "-V", "mqttv5",
 			"--cert", alice.CertFile, "--key", alice.KeyFile, "-q", "1", "-t", "$queue/tls", "-m", "x"); err != nil {
 			t.Errorf("mosquitto_pub --cert: %v\n%s", err, out)
 		}
-		if err, out := mosquitto(t, "mosquitto_pub", "-h", "localhost", "-p", p, "--cafile", n.ca.CertFile, "-V", "mqttv5",
+		if out, err := mosquitto(t, "mosquitto_pub", "-h", "localhost", "-p", p, "--cafile", n.ca.CertFile, "-V", "mqttv5",
 			"-u", "bob", "-P", "wrong", "-q", "1", "-t", "devices/bob/m", "-m", "x"); err == nil {
 			t.Errorf("mosquitto_pub with a wrong password succeeded:\n%s", out)
 		}

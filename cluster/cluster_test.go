@@ -394,6 +394,18 @@ func TestDuplicateNodeID(t *testing.T) {
 	}
 }
 
+// TestRestartTakesIDOver: a node killed and started again on its data
+// directory takes its id over from its earlier run at once, not after
+// that run's lease lapsed.
+func TestRestartTakesIDOver(t *testing.T) {
+	c := newCluster(t)
+	c.start("a").kill()
+	c.start("a")
+	if log := c.nodes["a"].logTail(); !strings.Contains(log, "took the node id over from an earlier run") {
+		t.Fatalf("a waited for its earlier run's lease:\n%s", log)
+	}
+}
+
 // TestEtcdUnreachable: a node whose etcd does not answer exits non-zero
 // naming the endpoints it tried.
 func TestEtcdUnreachable(t *testing.T) {

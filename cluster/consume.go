@@ -146,9 +146,7 @@ func (rs *remoteSub) run(ctx context.Context, node string) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			rs.n.log.Debug("consumer stream ended", "node", node, "queue", rs.f.Queue, "group", rs.f.Group, "err", err)
-		}
+		rs.n.log.Debug("consumer stream ended", "node", node, "queue", rs.f.Queue, "group", rs.f.Group, "err", err)
 		select {
 		case <-ctx.Done():
 			return

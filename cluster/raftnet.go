@@ -21,7 +21,6 @@ type raftSender struct {
 	stream pb.Node_RaftClient
 	cancel context.CancelFunc
 	wake   chan struct{}
-	closed bool
 }
 
 // raftQueueMax bounds the messages waiting for one peer.

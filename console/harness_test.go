@@ -440,7 +440,8 @@ func (p *tab) screenshot(name string) {
 		dir = filepath.Join("testdata", "screenshots")
 	}
 	file := filepath.Join(dir, name+".png")
-	if err := os.MkdirAll(dir, 0o755); err == nil {
+	err = os.MkdirAll(dir, 0o755)
+	if err == nil {
 		err = os.WriteFile(file, png, 0o644)
 	}
 	if err != nil {
