@@ -35,6 +35,8 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 		LeaseTTL:     c.LeaseTTL,
 		RaftLogKeep:  c.RaftLogKeep,
 		ReplaceAfter: c.ReplaceAfter,
+		Token:        c.Token,
+		AdminToken:   cfg.Admin.Token,
 		Logger:       b.log,
 		Metrics:      cluster.NewMetrics(b.registry, cfg.NodeID),
 		Admin:        b.peerAdmin(),

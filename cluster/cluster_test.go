@@ -19,8 +19,11 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
 	"github.com/shardq/shardq/internal/testcert"
@@ -713,6 +716,49 @@ func TestClusterTLS(t *testing.T) {
 	defer tconn.Close()
 	if _, err := pb.NewNodeClient(tconn).Admin(ctx, &pb.AdminRequest{Method: "GET", Path: "/api/v1/queues"}); err == nil {
 		t.Fatal("the cluster listener answered a client without a certificate")
+	}
+}
+
+// TestClusterToken: with cluster.token every call between nodes carries
+// it: a queue spans the nodes as without it, a call without it is
+// refused, and the Admin call also needs the node's admin token.
+func TestClusterToken(t *testing.T) {
+	c := newCluster(t, "--cluster-token", "s3cret", "--admin-token", "adm1n")
+	a, b := c.start("a"), c.start("b")
+	cons := dial(t, b.mqtt, "consumer-on-b", 64)
+	cons.subscribe("$share/g/$queue/orders")
+	prod := dial(t, a.mqtt, "producer-on-a", 64)
+	for i := 0; i < 40; i++ {
+		key := "k" + strconv.Itoa(i)
+		if code, err := prod.publish("$queue/orders", key, message(key, 0)); err != nil || code != 0 {
+			t.Fatalf("publish %d: %#x %v", i, code, err)
+		}
+	}
+	waitCount(t, 40, 20*time.Second, cons)
+
+	conn, err := grpc.NewClient(b.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	admin := func(md ...string) codes.Code {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, md...)
+		_, err := pb.NewNodeClient(conn).Admin(ctx, &pb.AdminRequest{Method: "GET", Path: "/api/v1/queues"})
+		return status.Code(err)
+	}
+	if got := admin(); got != codes.Unauthenticated {
+		t.Errorf("Admin without any token: %v, want Unauthenticated", got)
+	}
+	if got := admin("shardq-cluster-token", "wrong", "shardq-admin-token", "adm1n"); got != codes.Unauthenticated {
+		t.Errorf("Admin with a wrong cluster token: %v, want Unauthenticated", got)
+	}
+	if got := admin("shardq-cluster-token", "s3cret"); got != codes.PermissionDenied {
+		t.Errorf("Admin without the admin token: %v, want PermissionDenied", got)
+	}
+	if got := admin("shardq-cluster-token", "s3cret", "shardq-admin-token", "adm1n"); got != codes.OK {
+		t.Errorf("Admin with both tokens: %v, want OK", got)
 	}
 }
 

@@ -24,6 +24,10 @@ type Options struct {
 	// NodeID names the node, unique in the cluster and stable across
 	// restarts. Required.
 	NodeID string
+	// Token, when set, is the secret every call between nodes carries and
+	// requires (cluster.token); AdminToken is http.admin_token, which the
+	// Admin call requires as the admin API does.
+	Token, AdminToken string
 	// Instance names the node's data directory, the same across its
 	// restarts (see NodeInfo.Instance); empty: a restarted node waits for
 	// its earlier run's lease to expire.
@@ -304,7 +308,7 @@ func (n *Node) listen() error {
 	if n.addr == "" {
 		n.addr = ln.Addr().String()
 	}
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}, n.serverAuth()...)
 	if n.opts.ServerTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.opts.ServerTLS)))
 	}

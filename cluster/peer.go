@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -55,6 +56,10 @@ func (n *Node) peer(id string) (*peer, error) {
 	}
 	conn, err := grpc.NewClient(info.Cluster,
 		grpc.WithTransportCredentials(creds),
+		grpc.WithPerRPCCredentials(callTokens{token: n.opts.Token, admin: n.opts.AdminToken}),
+		// A peer back after a long cut is dialed again within seconds:
+		// gRPC's default backoff grows to 2 minutes.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: peerBackoff, MinConnectTimeout: 2 * time.Second}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
@@ -335,3 +340,7 @@ func (s *settler) fail() {
 	}
 	s.p.mu.Unlock()
 }
+
+// peerBackoff is how the links to peers are dialed again: within a
+// second at first, at most every 2 s.
+var peerBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}

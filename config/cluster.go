@@ -37,6 +37,11 @@ func (c *Config) validateCluster(fail func(path, reason string, err error)) {
 			fail("cluster.advertise", reason, nil)
 		}
 	}
+	if cl.Addr != "" && checkAddr(cl.Addr) == "" && !Loopback(cl.Addr) && cl.TLS.Cert == "" && !cl.AllowInsecure {
+		fail("cluster.addr", fmt.Sprintf("%q is not a loopback address: the links between nodes carry every message, and peers' calls "+
+			"need proving who makes them; set cluster.tls (mutual TLS, see the README), or cluster.allow_insecure: true on a network "+
+			"you trust (with cluster.token to authenticate the calls)", cl.Addr), nil)
+	}
 	if cl.ReplaceAfter < time.Second {
 		fail("cluster.replace_after", fmt.Sprintf("must be at least 1s, got %s", cl.ReplaceAfter), nil)
 	}

@@ -57,8 +57,17 @@ type Cluster struct {
 	// TLS secures the links between nodes with mutual TLS: every node
 	// presents its certificate (valid for server and client use, for the
 	// address peers dial) and accepts only peers whose certificate the CA
-	// signed. Without it the cluster listener has no credentials.
+	// signed. Without it the cluster listener has no credentials, and a
+	// cluster.addr that is not a loopback address needs AllowInsecure.
 	TLS ClusterTLS `yaml:"tls"`
+	// Token is a secret every node of the cluster shares
+	// (SHARDQ_CLUSTER_TOKEN): a node presents it on every call to a peer
+	// and refuses a call without it. Beside TLS or instead of it.
+	Token string `yaml:"token"`
+	// AllowInsecure lets cluster.addr listen on an address other than
+	// loopback without cluster.tls: the links between nodes then carry
+	// messages in clear text, on a network you trust.
+	AllowInsecure bool `yaml:"allow_insecure"`
 	// Placement pins queues to nodes: the first rule whose pattern matches
 	// a queue's name gives the node ids that may own its partitions; a
 	// queue no rule matches may be owned by any node.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -706,6 +707,8 @@ cluster:
     prefix: /prod/shardq/
   addr: 0.0.0.0:9000
   advertise: node-a.example:9000
+  allow_insecure: true
+  token: t0ken
   lease_ttl: 10s
   placement:
     - queues: "orders-*"
@@ -727,8 +730,10 @@ cluster:
 			DialTimeout: 3 * time.Second,
 			Prefix:      "/prod/shardq/",
 		},
-		Addr:      "0.0.0.0:9000",
-		Advertise: "node-a.example:9000",
+		Addr:          "0.0.0.0:9000",
+		Advertise:     "node-a.example:9000",
+		AllowInsecure: true,
+		Token:         "t0ken",
 		Placement: []Placement{
 			{Queues: "orders-*", Nodes: []string{"node-a", "node-b"}},
 			{Queues: "*", Nodes: []string{"node-c"}},
@@ -787,7 +792,10 @@ func TestConfigClusterFlags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Load(tc.flags, env(tc.env))
+			// Addresses other than loopback, in clear text.
+			e := map[string]string{"SHARDQ_CLUSTER_ALLOW_INSECURE": "true"}
+			maps.Copy(e, tc.env)
+			c, err := Load(tc.flags, env(e))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -870,7 +878,7 @@ func TestConfigClusterErrors(t *testing.T) {
 			want: []string{"cluster.etcd.ca: " + client.KeyFile + " holds no PEM certificate"}},
 		{name: "unknown cluster key",
 			file: etcd + "  peers: [a]\n",
-			want: []string{"shardq.yaml:4: cluster.peers: unknown setting (known here: etcd, tls, addr, advertise, placement, lease_ttl, raft_log_keep, replace_after)"}},
+			want: []string{"shardq.yaml:4: cluster.peers: unknown setting (known here: etcd, tls, addr, advertise, token, allow_insecure, placement, lease_ttl, raft_log_keep, replace_after)"}},
 		{name: "unknown etcd key",
 			file: etcd + "    endpoint: http://a:2379\n",
 			want: []string{"shardq.yaml:4: cluster.etcd.endpoint: unknown setting"}},

@@ -123,6 +123,8 @@
 //	    cert: ""            # the node's certificate (server and client use, for advertise)
 //	    key: ""
 //	    ca: ""              # the CA of every node's certificate
+//	  token: ""             # a secret of the cluster: every call between nodes carries it (SHARDQ_CLUSTER_TOKEN)
+//	  allow_insecure: false # addr other than loopback without tls: clear text, on a network you trust
 //	  lease_ttl: 5s         # 1s to 60s; a node that cannot renew its lease stops committing
 //	  raft_log_keep: 5000   # applied raft entries kept per replicated partition
 //	  replace_after: 1m     # a replica's node gone this long is replaced

@@ -62,6 +62,10 @@ var settings = []setting{
 		text(func(c *Config) *string { return &c.Cluster.Addr })},
 	{"cluster-advertise", "cluster.advertise", "HOST:PORT", "the address the other nodes dial, when it differs from --cluster-addr (a listener on 0.0.0.0, NAT)", "--cluster-addr",
 		text(func(c *Config) *string { return &c.Cluster.Advertise })},
+	{"cluster-token", "cluster.token", "TOKEN", "a secret every node of the cluster shares: presented on every call between nodes, required of every call (a flag shows in the process list: prefer the variable or the file)", "none",
+		text(func(c *Config) *string { return &c.Cluster.Token })},
+	{"cluster-allow-insecure", "cluster.allow_insecure", "BOOL", "let --cluster-addr listen on an address other than loopback without cluster.tls: clear text between nodes, on a network you trust", "false",
+		boolean(func(c *Config) *bool { return &c.Cluster.AllowInsecure })},
 }
 
 // text returns the set of a string setting: every value is valid here

@@ -121,6 +121,8 @@ func (d *decoder) top() []field {
 			{"tls", d.section(d.tagged(&c.Cluster.TLS))},
 			{"addr", d.leaf(&c.Cluster.Addr)},
 			{"advertise", d.leaf(&c.Cluster.Advertise)},
+			{"token", d.leaf(&c.Cluster.Token)},
+			{"allow_insecure", d.leaf(&c.Cluster.AllowInsecure)},
 			{"placement", d.placement},
 			{"lease_ttl", d.leaf(&c.Cluster.LeaseTTL)},
 			{"raft_log_keep", d.leaf(&c.Cluster.RaftLogKeep)},
