@@ -39,6 +39,50 @@
 // MemTableSize, see Options): it is then committed in several parts, each
 // atomic on its own. The queue's committer keeps batches far below that.
 //
+// # Damage
+//
+// Badger opens a database by replaying each memtable's write-ahead log
+// (NNNNN.mem) and reading the newest value-log file (NNNNNN.vlog), and it
+// cuts each of them, without a word, at the first entry that does not
+// read back: a few bytes damaged in the middle of a log drop every write
+// after them. That is right for a write the process was making when it
+// died, never synced nor acknowledged; it is data loss for anything else.
+// So Open checks before Badger opens a shard, and after:
+//
+//   - Before (recovery.go, logcheck.go), holding Badger's directory lock,
+//     it reads the same files with a reader of Badger's entry layout. A log
+//     must be whole entries whose checksums match, grouped in whole
+//     transactions, then zeros to its end (Badger preallocates the files
+//     sparsely). Only a write cut short may follow the last whole
+//     transaction: entries of a transaction without its end, then at most
+//     one entry whose missing part reads as zeros, then zeros. That tail is
+//     cut off, with a warning, and the file synced. Anything else is
+//     damage, refused with a *CorruptionError naming the file and the
+//     offset of the first entry that does not read back: an entry with a
+//     bad checksum followed by more data, an entry written to its end that
+//     does not match its checksum, a memtable log cut short while a newer
+//     one follows (SyncWrites synced it whole before Badger wrote to the
+//     next), an entry pointing past the end of its value-log file.
+//   - After, the shard must hold every commit it knew synced. Each Badger
+//     transaction of a Write sets the key n 0x00 to its number, one more
+//     than the last; every WitnessInterval (100 ms), a shard whose last
+//     synced commit grew records its number in dir/shard-NN/SYNCED, with an
+//     fsync of its own, off the write path, and at Close. A shard holding a
+//     lower number than SYNCED lost synced writes whole, entries and all
+//     (a log's end zeroed or cut at an entry's end, which the logs alone
+//     cannot tell from a clean end): Open refuses it with a
+//     *LostWritesError naming the shard and both numbers.
+//
+// Both match ErrDamaged. A refused shard stays refused: restore the data
+// directory from a backup, or rebuild the node from the replicas of its
+// partitions (docs/RECOVERY.md). What is not seen: damage to value-log
+// files older than the newest, which Badger does not read at open (a
+// message record read from them is checked against its own checksum,
+// ErrCorruptRecord), to the LSM tree's tables and manifest, and commits
+// lost within WitnessInterval before a crash when the log's end was lost
+// whole. With AsyncWrites, a power cut can leave unsynced pages of a log
+// written out of order, which reads as damage and is refused too.
+//
 // # Key layout
 //
 // Integers in keys are big-endian and fixed width, so keys sort by partition
@@ -58,6 +102,7 @@
 //	d 0x00 {queue} 0x00 {partition u32} {dedup-id}             stored at, unix ms u64
 //	q 0x00 {queue}                                             queue meta (JSON)
 //	v 0x00                                                     layout version u32 (2)
+//	n 0x00                                                     number of the last commit u64 (witness.go)
 //	c 0x00 {record} {owner} 0x00 {name}                        session record, shard 0 only (sessions.go)
 //
 // Messages are stored by batch: a Write stores the appends of one
@@ -103,7 +148,10 @@
 //
 // # Errors
 //
-// Errors wrap the sentinels of errors.go; test them with errors.Is. A batch
+// Errors wrap the sentinels of errors.go; test them with errors.Is. Open
+// refuses a damaged shard with a *CorruptionError or a *LostWritesError,
+// both matching ErrDamaged (see Damage), and a shard another process holds
+// with ErrDataDirInUse. A batch
 // with a write the key layout cannot hold (ErrInvalidWrite) is refused whole
 // before anything is written. A record that does not decode yields
 // ErrCorruptRecord. Badger's own errors are wrapped with the shard index.
@@ -113,5 +161,6 @@
 // Each shard has one writer at a time (queue.Writer's contract); reads run
 // concurrently with it, each on its own Badger snapshot. Close waits for
 // operations in progress; later calls return ErrClosed. Each shard runs
-// value-log GC on a timer (Options.ValueLogGCInterval) until Close.
+// value-log GC on a timer (Options.ValueLogGCInterval), and records its
+// last synced commit on another (Options.WitnessInterval), until Close.
 package badger

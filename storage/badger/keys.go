@@ -18,6 +18,7 @@ const (
 	kindDelivery byte = 'r' // r 0 queue 0 partition group 0 offset -> count (u32)
 	kindQueue    byte = 'q' // q 0 queue -> queue meta (JSON)
 	kindFormat   byte = 'v' // v 0 -> the shard's layout version (u32)
+	kindCommit   byte = 'n' // n 0 -> the number of the shard's last commit (u64, witness.go)
 	// kindSession (sessions.go): c 0 record owner 0 name, shard 0 only
 
 	sep byte = 0x00 // ends every variable-length name
@@ -102,11 +103,15 @@ func lowKey(q string, p uint32) []byte { return partitionPrefix(kindLow, q, p) }
 
 func trimKey(q string, p uint32) []byte { return partitionPrefix(kindTrim, q, p) }
 
-// formatKey holds the shard's layout version. It belongs to the Badger
-// database, not to a partition: a migration does not copy it.
-var formatKey = []byte{kindFormat, sep}
+// formatKey holds the shard's layout version and commitKey the number of
+// its last commit. They belong to the Badger database, not to a
+// partition: a migration does not copy them.
+var (
+	formatKey = []byte{kindFormat, sep}
+	commitKey = []byte{kindCommit, sep}
+)
 
-func isFormatKey(k []byte) bool { return bytes.Equal(k, formatKey) }
+func isDatabaseKey(k []byte) bool { return bytes.Equal(k, formatKey) || bytes.Equal(k, commitKey) }
 
 // floorKey is the partition's floor prefix followed by the group name; the
 // name ends the key, so it needs no separator.

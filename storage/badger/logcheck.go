@@ -150,7 +150,7 @@ type logEntry struct {
 }
 
 // maxInlineValue is the longest value readEntry returns: long enough for a
-// value pointer, a transaction's end and a commit sequence number.
+// value pointer, a transaction's end and a shard's commit number.
 const maxInlineValue = 64
 
 // entryHead is an entry's header as decoded, the bytes after the end of
@@ -286,7 +286,7 @@ type logDamage struct {
 // would keep, or the damage: an entry that does not read back or a
 // transaction that does not hold together, followed by anything but the
 // rest of one entry and zeros. A file shorter than its header is damage
-// unless it is empty.
+// unless it holds only zeros.
 func checkLog(r *logReader) (logCheck, *logDamage, error) {
 	res := logCheck{kept: logHeaderSize, vptrs: map[uint32]vptr{}}
 	if r.size < logHeaderSize {

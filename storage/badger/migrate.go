@@ -406,6 +406,27 @@ func (m *migration) openSource(i int) (*bdg.DB, error) {
 		return nil, fmt.Errorf("%w: shard %d: %w", ErrBadDataDir, i, err)
 	}
 	bo := m.badgerOptions(i, dir)
+	if err := checkShard(i, dir, m.storage.AsyncWrites, m.storage.Logger.With("component", "badger", "shard", i)); err != nil {
+		return nil, err
+	}
+	synced, _, err := readWitness(dir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := m.openBadger(i, dir, bo)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkSynced(db, dir, synced); err != nil {
+		_ = db.Close() // the shard's damage is the error worth reporting
+		return nil, err
+	}
+	return db, nil
+}
+
+// openBadger opens an old shard's database, read-only for a dry run when
+// it was closed cleanly.
+func (m *migration) openBadger(i int, dir string, bo bdg.Options) (*bdg.DB, error) {
 	if m.opts.DryRun {
 		db, err := bdg.Open(bo.WithReadOnly(true))
 		if err == nil {
@@ -836,8 +857,9 @@ func syncDirs(dirs ...string) error {
 }
 
 // scanDB calls fn with every live entry of db and its value, in key order,
-// from one snapshot, but the layout version (formatKey): it belongs to
-// the database, not to a partition, and is not copied. The item and value
+// from one snapshot, but the layout version and the commit number
+// (isDatabaseKey): they belong to the database, not to a partition, and
+// are not copied. The item and value
 // are valid only during the call.
 func scanDB(ctx context.Context, db *bdg.DB, fn func(item *bdg.Item, v []byte) error) error {
 	txn := db.NewTransaction(false)
@@ -852,7 +874,7 @@ func scanDB(ctx context.Context, db *bdg.DB, fn func(item *bdg.Item, v []byte) e
 			}
 		}
 		item := it.Item()
-		if isFormatKey(item.Key()) {
+		if isDatabaseKey(item.Key()) {
 			continue
 		}
 		if err := item.Value(func(v []byte) error { return fn(item, v) }); err != nil {

@@ -2,7 +2,6 @@ package badger
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -187,53 +186,33 @@ func (ss *Sessions) commit(batch []sessionReq) error {
 	defer s.mu.RUnlock()
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	txn := s.db.NewTransaction(true)
-	defer func() { txn.Discard() }()
-	do := func(f func(*bdg.Txn) error) error {
-		err := f(txn)
-		if errors.Is(err, bdg.ErrTxnTooBig) {
-			if err = txn.Commit(); err != nil {
-				return err
+	w, err := s.newWriter()
+	defer w.discard()
+	for _, r := range batch {
+		for _, sw := range r.ws {
+			if err != nil {
+				break
 			}
-			txn = s.db.NewTransaction(true)
-			err = f(txn)
-		}
-		return err
-	}
-	err := func() error {
-		for _, r := range batch {
-			for _, w := range r.ws {
-				var err error
-				switch {
-				case w.DeleteOwner:
-					var keys [][]byte
-					err = scan(txn, sessionPrefix(w.Record, w.Owner, true), false, func(k, _ []byte) error {
-						keys = append(keys, bytes.Clone(k))
-						return nil
-					})
-					for _, k := range keys {
-						if err == nil {
-							err = do(func(t *bdg.Txn) error { return t.Delete(k) })
-						}
+			switch {
+			case sw.DeleteOwner:
+				var keys [][]byte
+				err = scan(w.txn, sessionPrefix(sw.Record, sw.Owner, true), false, func(k, _ []byte) error {
+					keys = append(keys, bytes.Clone(k))
+					return nil
+				})
+				for _, k := range keys {
+					if err == nil {
+						err = w.del(k)
 					}
-				case w.Delete:
-					k := sessionKey(w.Record, w.Owner, w.Name)
-					err = do(func(t *bdg.Txn) error { return t.Delete(k) })
-				default:
-					k := sessionKey(w.Record, w.Owner, w.Name)
-					err = do(func(t *bdg.Txn) error { return t.Set(k, w.Value) })
 				}
-				if err != nil {
-					return err
-				}
+			case sw.Delete:
+				err = w.del(sessionKey(sw.Record, sw.Owner, sw.Name))
+			default:
+				err = w.set(sessionKey(sw.Record, sw.Owner, sw.Name), sw.Value)
 			}
 		}
-		return txn.Commit()
-	}()
-	if err == nil && s.async {
-		err = s.syncLocked()
 	}
-	if err != nil {
+	if err := s.finish(w, err, true); err != nil {
 		return fmt.Errorf("storage: sessions: %w", err)
 	}
 	return nil

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	bdg "github.com/dgraph-io/badger/v4"
 
@@ -49,6 +48,14 @@ type Shard struct {
 	lows map[partKey]uint64
 
 	splits atomic.Int64 // commits past the first caused by ErrTxnTooBig
+
+	// seq is the number of the last transaction committed: each one sets
+	// commitKey to its number (see witness.go). writeMu guards it.
+	seq uint64
+	// synced is the number of the last commit known synced, and witness
+	// the file it is recorded in every Options.WitnessInterval.
+	synced  atomic.Uint64
+	witness *witness
 }
 
 // acquire lets an operation run on an open shard. The caller must call
@@ -87,16 +94,12 @@ func (s *Shard) Write(b *queue.Batch, sync bool) error {
 		}
 		return nil
 	}
-	w := &txnWriter{db: s.db, txn: s.db.NewTransaction(true)}
+	w, err := s.newWriter()
 	defer w.discard()
-	err := s.apply(w, b)
 	if err == nil {
-		err = w.commit()
+		err = s.apply(w, b)
 	}
-	if err == nil && sync && s.async {
-		err = s.syncLocked()
-	}
-	if err != nil {
+	if err = s.finish(w, err, sync); err != nil {
 		return fmt.Errorf("storage: shard %d: write: %w", s.id, err)
 	}
 	if w.parts > 1 {
@@ -104,6 +107,28 @@ func (s *Shard) Write(b *queue.Batch, sync bool) error {
 		s.log.Debug("batch committed in parts", "parts", w.parts, "writes", b.Len())
 	}
 	return nil
+}
+
+// newWriter starts the shard's next commit. writeMu must be held.
+func (s *Shard) newWriter() (*txnWriter, error) {
+	w := &txnWriter{db: s.db, seq: s.seq}
+	return w, w.begin()
+}
+
+// finish commits w unless err is set, counts the transactions committed,
+// and, with AsyncWrites, syncs if sync is set. writeMu must be held.
+func (s *Shard) finish(w *txnWriter, err error, sync bool) error {
+	if err == nil {
+		err = w.commit()
+	}
+	s.seq = w.seq
+	switch {
+	case !s.async:
+		s.synced.Store(s.seq) // every transaction committed was synced
+	case err == nil && sync:
+		err = s.syncLocked()
+	}
+	return err
 }
 
 // apply adds the writes of b to w. b is valid.
@@ -265,11 +290,13 @@ func getUint64(txn *bdg.Txn, key []byte) (v uint64, found bool, err error) {
 }
 
 // txnWriter adds writes to a Badger transaction and, when the transaction
-// is full, commits it and goes on in a new one.
+// is full, commits it and goes on in a new one. Each transaction sets
+// commitKey to its number.
 type txnWriter struct {
 	db    *bdg.DB
 	txn   *bdg.Txn
-	parts int // transactions committed
+	parts int    // transactions committed
+	seq   uint64 // the number of the last transaction committed
 
 	// useSnap: a delete iterates over entries in snap, a read-only view of
 	// the shard before the batch, not in txn (see Shard.apply).
@@ -305,18 +332,27 @@ func (w *txnWriter) del(k []byte) error {
 	return err
 }
 
+// begin starts a transaction, numbered after the last one committed.
+func (w *txnWriter) begin() error {
+	w.txn = w.db.NewTransaction(true)
+	return w.txn.Set(commitKey, putU64(w.seq+1))
+}
+
 // next commits the full transaction and starts another.
 func (w *txnWriter) next() error {
 	if err := w.commit(); err != nil {
 		return err
 	}
-	w.txn = w.db.NewTransaction(true)
-	return nil
+	return w.begin()
 }
 
 func (w *txnWriter) commit() error {
 	w.parts++
-	return w.txn.Commit()
+	if err := w.txn.Commit(); err != nil {
+		return err
+	}
+	w.seq++
+	return nil
 }
 
 // discard ends the transaction; it does nothing after a commit.
@@ -341,9 +377,13 @@ func (s *Shard) Sync() error {
 	return s.syncLocked()
 }
 
+// syncLocked syncs the logs. With async, writeMu must be held.
 func (s *Shard) syncLocked() error {
 	if err := s.db.Sync(); err != nil {
 		return fmt.Errorf("storage: shard %d: sync: %w", s.id, err)
+	}
+	if s.async {
+		s.synced.Store(s.seq)
 	}
 	return nil
 }
@@ -472,20 +512,6 @@ func scan(txn *bdg.Txn, prefix []byte, values bool, fn func(key, value []byte) e
 	return nil
 }
 
-// gcLoop runs value-log GC every interval until stop is closed.
-func (s *Shard) gcLoop(interval time.Duration, ratio float64, stop <-chan struct{}) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			s.runGC(ratio, stop)
-		}
-	}
-}
-
 // runGC rewrites value-log files until none is worth it.
 func (s *Shard) runGC(ratio float64, stop <-chan struct{}) {
 	for {
@@ -513,7 +539,8 @@ func (s *Shard) runGC(ratio float64, stop <-chan struct{}) {
 	}
 }
 
-// close closes the database once no operation is running.
+// close closes the database once no operation is running, then records
+// its last synced commit.
 func (s *Shard) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -521,7 +548,14 @@ func (s *Shard) close() error {
 		return nil
 	}
 	s.closed = true
-	if err := s.db.Close(); err != nil {
+	err := s.db.Close()
+	if err == nil {
+		s.recordSynced()
+	}
+	if werr := s.witness.close(); err == nil {
+		err = werr
+	}
+	if err != nil {
 		return fmt.Errorf("storage: closing shard %d: %w", s.id, err)
 	}
 	return nil

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	bdg "github.com/dgraph-io/badger/v4"
 
@@ -25,8 +27,8 @@ type Store struct {
 	dir    string
 	shards []*Shard
 
-	stop      chan struct{} // closed by Close to end value-log GC
-	gc        sync.WaitGroup
+	stop      chan struct{}  // closed by Close to end the shards' loops
+	loops     sync.WaitGroup // value-log GC and recording synced commits
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -61,12 +63,29 @@ func Open(dir string, opts Options) (*Store, error) {
 		}
 		s.shards = append(s.shards, sh)
 	}
-	if opts.ValueLogGCInterval > 0 {
-		for _, sh := range s.shards {
-			s.gc.Go(func() { sh.gcLoop(opts.ValueLogGCInterval, opts.ValueLogGCDiscardRatio, s.stop) })
+	for _, sh := range s.shards {
+		if opts.ValueLogGCInterval > 0 {
+			s.loops.Go(func() {
+				every(opts.ValueLogGCInterval, s.stop, func() { sh.runGC(opts.ValueLogGCDiscardRatio, s.stop) })
+			})
 		}
+		s.loops.Go(func() { every(opts.WitnessInterval, s.stop, sh.recordSynced) })
 	}
 	return s, nil
+}
+
+// every calls fn every interval until stop is closed.
+func every(interval time.Duration, stop <-chan struct{}, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			fn()
+		}
+	}
 }
 
 // Shards returns the store's shards, shard i at index i.
@@ -84,12 +103,12 @@ func (s *Store) Shard(i int) *Shard { return s.shards[i] }
 // Dir returns the data directory.
 func (s *Store) Dir() string { return s.dir }
 
-// Close stops value-log GC and closes every shard, waiting for reads and
-// writes in progress. Calls after the first return the first's result.
+// Close stops the shards' loops and closes every shard, waiting for reads
+// and writes in progress. Calls after the first return the first's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
-		s.gc.Wait()
+		s.loops.Wait()
 		var errs []error
 		for _, sh := range s.shards {
 			errs = append(errs, sh.close())
@@ -178,16 +197,50 @@ func syncDir(dir string) error {
 }
 
 // openShard opens one shard's Badger database and brings its layout up to
-// date (upgrade).
+// date (upgrade). Before Badger opens the directory, its logs are checked
+// (checkShardLogs); after, the shard must hold every commit its SYNCED
+// file says was synced (witness.go). Either refuses a damaged shard with
+// an error matching ErrDamaged.
 func openShard(i int, dir string, o Options) (*Shard, error) {
 	log := o.Logger.With("component", "badger", "shard", i)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: creating %s: %w", dir, err)
+	}
+	if err := checkShard(i, dir, o.AsyncWrites, log); err != nil {
+		return nil, err
+	}
+	w, err := openWitness(dir)
+	if err != nil {
+		return nil, err
+	}
 	db, err := bdg.Open(badgerOptions(dir, o, log))
 	if err != nil {
+		_ = w.close()
 		return nil, fmt.Errorf("storage: opening shard %d in %s: %w", i, dir, err)
 	}
-	if err := upgrade(db, log); err != nil {
-		_ = db.Close() // the upgrade's error is the one worth reporting
-		return nil, fmt.Errorf("storage: opening shard %d in %s: %w", i, dir, err)
+	seq, err := checkSynced(db, dir, w.written)
+	if err == nil {
+		err = upgrade(db, log)
+		if err != nil {
+			err = fmt.Errorf("storage: opening shard %d in %s: %w", i, dir, err)
+		}
 	}
-	return &Shard{id: i, db: db, log: log, async: o.AsyncWrites, tails: map[partKey]tail{}, lows: map[partKey]uint64{}}, nil
+	if err != nil {
+		_ = db.Close() // the first error is the one worth reporting
+		_ = w.close()
+		return nil, err
+	}
+	sh := &Shard{id: i, db: db, log: log, async: o.AsyncWrites, tails: map[partKey]tail{}, lows: map[partKey]uint64{},
+		seq: seq, witness: w}
+	sh.synced.Store(seq) // checkShard synced the logs Badger replayed
+	return sh, nil
+}
+
+// checkShard runs checkShardLogs on shard i in dir.
+func checkShard(i int, dir string, async bool, log *slog.Logger) error {
+	err := checkShardLogs(dir, async, log)
+	if errors.Is(err, errDirLocked) {
+		return fmt.Errorf("%w: shard %d in %s is locked", ErrDataDirInUse, i, dir)
+	}
+	return err
 }

@@ -102,6 +102,7 @@ func TestStoreOptionsValidate(t *testing.T) {
 		{"value_threshold", func(o *Options) { o.MemTableSize, o.ValueThreshold = 1<<20, 1<<19 }},
 		{"value_log_file_size", func(o *Options) { o.ValueLogFileSize = 2 << 30 }},
 		{"num_compactors", func(o *Options) { o.NumCompactors = 1 }},
+		{"witness_interval", func(o *Options) { o.WitnessInterval = -time.Second }},
 	}
 	for _, c := range bad {
 		o := DefaultOptions()
