@@ -399,6 +399,7 @@ func (n *Node) changedView() {
 	n.mu.Unlock()
 	n.poke()
 	n.ownershipChanged()
+	n.abandonForwards()
 	n.refreshSubs()
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -214,9 +216,10 @@ func (f *forwarder) receive() {
 	}
 }
 
-// fail ends the stream: every publish not answered fails with ErrNotOwned
-// (its fate is unknown: the client may publish it again), and the next
-// publish opens a new stream.
+// fail ends the stream, and the next publish opens a new one. A publish
+// not yet sent is routed again; one sent and not answered fails with a
+// *linkError (0x83): the owner may have stored it, so it is not sent
+// twice.
 func (f *forwarder) fail(cause error) {
 	f.mu.Lock()
 	if f.broken != nil {
@@ -227,7 +230,7 @@ func (f *forwarder) fail(cause error) {
 		cause = errors.New("stream ended")
 	}
 	f.broken = cause
-	pending := f.pending
+	pending, unsent := f.pending, f.unsentLocked()
 	f.pending = nil
 	f.queue = nil
 	f.mu.Unlock()
@@ -237,10 +240,82 @@ func (f *forwarder) fail(cause error) {
 		f.p.fwd = nil
 	}
 	f.p.mu.Unlock()
+	f.answer(pending, unsent, cause)
+}
+
+// abandon fails the publishes to partition id in flight on this stream:
+// its owner is another node now (the one they went to was paused, cut off
+// or died), and they would wait for that node to come back.
+func (f *forwarder) abandon(id queue.PartitionID, owner string) {
+	f.mu.Lock()
+	if f.broken != nil {
+		f.mu.Unlock()
+		return
+	}
+	unsent := f.unsentLocked()
+	gone := map[uint64]pendingPublish{}
+	for seq, pp := range f.pending {
+		if queue.ParentName(pp.id.Queue) == id.Queue && pp.id.Partition == id.Partition {
+			gone[seq] = pp
+			delete(f.pending, seq)
+		}
+	}
+	if len(gone) > 0 {
+		f.queue = slices.DeleteFunc(f.queue, func(p *pb.Publish) bool { _, ok := gone[p.Seq]; return ok })
+	}
+	f.mu.Unlock()
+	f.answer(gone, unsent, fmt.Errorf("its owner is %s now", owner))
+}
+
+// unsentLocked returns the sequence numbers of the publishes not yet
+// handed to the stream. f.mu must be held.
+func (f *forwarder) unsentLocked() map[uint64]bool {
+	unsent := make(map[uint64]bool, len(f.queue))
+	for _, p := range f.queue {
+		unsent[p.Seq] = true
+	}
+	return unsent
+}
+
+// answer completes publishes that got no answer: those never sent with an
+// error that routes them again, the others with a *linkError.
+func (f *forwarder) answer(pending map[uint64]pendingPublish, unsent map[uint64]bool, cause error) {
 	m := f.p.n.Metrics()
-	for _, pp := range pending {
+	for seq, pp := range pending {
 		m.forwards.WithLabelValues("broken").Inc()
-		pp.done(unavailable(pp.id, f.p.id, cause))
+		err := unavailable(pp.id, f.p.id, cause)
+		if !unsent[seq] {
+			err = &linkError{err}
+		}
+		pp.done(err)
+	}
+}
+
+// abandonForwards fails the publishes in flight to a node that no longer
+// owns their partition (see forwarder.abandon).
+func (n *Node) abandonForwards() {
+	n.mu.Lock()
+	peers := make(map[string]*peer, len(n.peers))
+	maps.Copy(peers, n.peers)
+	n.mu.Unlock()
+	for node, p := range peers {
+		p.mu.Lock()
+		f := p.fwd
+		p.mu.Unlock()
+		if f == nil {
+			continue
+		}
+		f.mu.Lock()
+		ids := map[queue.PartitionID]bool{}
+		for _, pp := range f.pending {
+			ids[queue.PartitionID{Queue: queue.ParentName(pp.id.Queue), Partition: pp.id.Partition}] = true
+		}
+		f.mu.Unlock()
+		for id := range ids {
+			if o := n.ownerOf(id); o != "" && o != node {
+				f.abandon(id, o)
+			}
+		}
 	}
 }
 
