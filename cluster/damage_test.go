@@ -88,3 +88,28 @@ func waitMetric(t *testing.T, n *node, name string, ok func(float64) bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestRaftLogRemoved: a node whose raft log was removed (its data
+// directory kept) comes back recovering: it votes again only once it has
+// its entries back, and nothing acknowledged is lost.
+func TestRaftLogRemoved(t *testing.T) {
+	c := newCluster(t)
+	prod := c.startThree()
+	stop := make(chan struct{})
+	l, done := produce(prod, "$queue/orders", 16, stop)
+	waitAcked(t, l, 1000)
+	close(stop)
+	<-done
+	c.nodes["c"].kill()
+	if err := os.RemoveAll(filepath.Join(c.nodes["c"].dir, "raft")); err != nil {
+		t.Fatal(err)
+	}
+	c.start("c")
+	if log := c.nodes["c"].logTail(); !strings.Contains(log, "raft log missing") {
+		t.Fatalf("c did not report its missing raft log:\n%s", log)
+	}
+	waitMetric(t, c.nodes["c"], "shardq_cluster_raft_recovering_groups", func(v float64) bool { return v > 0 })
+	waitMetric(t, c.nodes["c"], "shardq_cluster_raft_recovering_groups", func(v float64) bool { return v == 0 })
+	got := consumeAll(t, c.nodes["c"], "g", l)
+	l.check(t, got)
+}

@@ -203,3 +203,24 @@ func TestSalvage(t *testing.T) {
 		t.Fatal("still recovering after Recovered")
 	}
 }
+
+// TestMarkRecovering: a store marked recovering stays so across reopening
+// until Recovered.
+func TestMarkRecovering(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	if s.Recovering() {
+		t.Fatal("a new store is recovering")
+	}
+	if err := s.MarkRecovering("its log was removed"); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	s = open(t, dir)
+	if !s.Recovering() {
+		t.Fatal("not recovering after reopening")
+	}
+	if err := s.Recovered(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1006,6 +1006,22 @@ func (s *Store) Recovering() bool {
 	return s.recovering
 }
 
+// MarkRecovering records, durably, that the store may lack what its node
+// acknowledged (its log was removed, or restored from an older copy), as
+// a salvage does.
+func (s *Store) MarkRecovering(why string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := writeFileSync(filepath.Join(s.dir, recoveringFile), []byte(why+"\n")); err != nil {
+		return err
+	}
+	if err := syncDir(s.dir); err != nil {
+		return err
+	}
+	s.recovering = true
+	return nil
+}
+
 // Recovered records, durably, that every group the salvage concerned has
 // its entries back.
 func (s *Store) Recovered() error {
