@@ -62,25 +62,12 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 		}
 		o.TLS = t
 	}
-	// A damaged raft log is salvaged, not refused: the groups it concerns
-	// take no part in elections until their peers gave them back every
-	// entry (cluster/recovery.go).
-	raftDir := filepath.Join(cfg.DataDir, "raft")
-	_, err := os.Stat(filepath.Join(cfg.DataDir, "INSTANCE"))
-	ranBefore := err == nil
-	segs, _ := filepath.Glob(filepath.Join(raftDir, "*.wal"))
-	rl, err := raftlog.Open(raftlog.Options{Dir: raftDir, Logger: b.log, Salvage: true})
+	// A damaged raft log is salvaged, not refused, and a missing one
+	// noticed: the groups concerned take no part in elections until their
+	// peers gave them back every entry (cluster/recovery.go).
+	rl, err := raftlog.Open(raftlog.Options{Dir: filepath.Join(cfg.DataDir, "raft"), Logger: b.log, Salvage: true})
 	if err != nil {
 		return nil, fmt.Errorf("broker: opening the raft log: %w", err)
-	}
-	if ranBefore && len(segs) == 0 {
-		// The node ran as a cluster node before, and its raft log is gone:
-		// what it voted and acknowledged with is lost, as in a salvage.
-		b.log.Error("raft log missing from a data directory that ran as a cluster node before: this node takes no part in elections until its peers have given it back every entry", "dir", raftDir)
-		if err := rl.MarkRecovering("raft log missing from " + raftDir); err != nil {
-			_ = rl.Close()
-			return nil, fmt.Errorf("broker: %w", err)
-		}
 	}
 	b.raftLog = rl
 	o.RaftStore = raftStore{rl}

@@ -31,3 +31,6 @@ func (r raftStore) Drop(group string) error { return r.s.Drop(group) }
 
 func (r raftStore) Recovering() bool { return r.s.Recovering() }
 func (r raftStore) Recovered() error { return r.s.Recovered() }
+
+func (r raftStore) MarkRecovering(why string) error { return r.s.MarkRecovering(why) }
+func (r raftStore) Groups() ([]string, error)      { return r.s.Groups() }

@@ -89,27 +89,38 @@ func waitMetric(t *testing.T, n *node, name string, ok func(float64) bool) {
 	}
 }
 
-// TestRaftLogRemoved: a node whose raft log was removed (its data
-// directory kept) comes back recovering: it votes again only once it has
-// its entries back, and nothing acknowledged is lost.
+// TestRaftLogRemoved: a node whose raft log was removed, or whose whole
+// data directory was replaced by an empty one, while it was a replica,
+// comes back recovering: it votes again only once it has its entries
+// back, and nothing acknowledged is lost.
 func TestRaftLogRemoved(t *testing.T) {
-	c := newCluster(t)
-	prod := c.startThree()
-	stop := make(chan struct{})
-	l, done := produce(prod, "$queue/orders", 16, stop)
-	waitAcked(t, l, 1000)
-	close(stop)
-	<-done
-	c.nodes["c"].kill()
-	if err := os.RemoveAll(filepath.Join(c.nodes["c"].dir, "raft")); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct{ name, remove string }{
+		{"raft log", "raft"},
+		{"data directory", "."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			prod := c.startThree()
+			stop := make(chan struct{})
+			l, done := produce(prod, "$queue/orders", 16, stop)
+			waitAcked(t, l, 1000)
+			close(stop)
+			<-done
+			c.nodes["c"].kill()
+			if err := os.RemoveAll(filepath.Join(c.nodes["c"].dir, tc.remove)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(c.nodes["c"].dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c.start("c")
+			if log := c.nodes["c"].logTail(); !strings.Contains(log, "raft log is empty while the cluster names it a replica") {
+				t.Fatalf("c did not report its missing raft log:\n%s", log)
+			}
+			waitMetric(t, c.nodes["c"], "shardq_cluster_raft_recovering_groups", func(v float64) bool { return v > 0 })
+			waitMetric(t, c.nodes["c"], "shardq_cluster_raft_recovering_groups", func(v float64) bool { return v == 0 })
+			got := consumeAll(t, c.nodes["c"], "g", l)
+			l.check(t, got)
+		})
 	}
-	c.start("c")
-	if log := c.nodes["c"].logTail(); !strings.Contains(log, "raft log missing") {
-		t.Fatalf("c did not report its missing raft log:\n%s", log)
-	}
-	waitMetric(t, c.nodes["c"], "shardq_cluster_raft_recovering_groups", func(v float64) bool { return v > 0 })
-	waitMetric(t, c.nodes["c"], "shardq_cluster_raft_recovering_groups", func(v float64) bool { return v == 0 })
-	got := consumeAll(t, c.nodes["c"], "g", l)
-	l.check(t, got)
 }

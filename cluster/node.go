@@ -284,6 +284,11 @@ func (n *Node) Start(ctx context.Context, m *queue.Manager) error {
 	if err != nil {
 		return fail(fmt.Errorf("cluster: reading the cluster's keys: %w", err))
 	}
+	if n.raft != nil {
+		if err := n.raft.checkForgotten(); err != nil {
+			return fail(err)
+		}
+	}
 	n.wg.Add(2)
 	go n.watch(rev)
 	go n.reconcileLoop()

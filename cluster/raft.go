@@ -48,6 +48,10 @@ type RaftStore interface {
 	// have lost what it acknowledged.
 	Recovering() bool
 	Recovered() error
+	// MarkRecovering makes Recovering true, durably.
+	MarkRecovering(why string) error
+	// Groups names the groups with stored state.
+	Groups() ([]string, error)
 }
 
 // RaftState is what is stored of a group.

@@ -1,8 +1,13 @@
 package cluster
 
 import (
+	"fmt"
+	"slices"
+
 	rpb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shardq/shardq/queue"
 )
 
 // Recovery: a replica whose raft log lost entries it had acknowledged
@@ -114,6 +119,37 @@ func (h *raftHost) lostEntries(g *rgroup, m *rpb.Message) {
 			return
 		}
 	}
+}
+
+// checkForgotten marks the store recovering when it holds no group while
+// the cluster's records name this node a replica of some: its raft log
+// was removed or its data directory replaced while it was a voter, so
+// what it voted and acknowledged with is lost.
+func (h *raftHost) checkForgotten() error {
+	if h.store.Recovering() {
+		return nil
+	}
+	groups, err := h.store.Groups()
+	if err != nil || len(groups) > 0 {
+		return err
+	}
+	self := h.n.opts.NodeID
+	h.n.mu.Lock()
+	var named queue.PartitionID
+	found := false
+	for id, o := range h.n.view.owners {
+		if slices.Contains(o.Replicas, self) {
+			named, found = id, true
+			break
+		}
+	}
+	h.n.mu.Unlock()
+	if !found {
+		return nil
+	}
+	h.n.log.Error("this node's raft log is empty while the cluster names it a replica: it takes no part in elections until its peers have given it back every entry",
+		"partition", named.String())
+	return h.store.MarkRecovering(fmt.Sprintf("raft log empty while the cluster names node %s a replica of %s", self, named))
 }
 
 // recoveredAll clears the store's recovering state once a whole pass of
