@@ -10,7 +10,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # PLATFORMS are the GOOS/GOARCH pairs `make cross` builds, without cgo.
 PLATFORMS ?= linux/amd64 linux/arm64
 
-.PHONY: all build cross test bench bench-compare fuzz lint verify clean proto
+.PHONY: all build cross test chaos bench bench-compare fuzz lint verify clean proto
 
 all: build
 
@@ -27,6 +27,18 @@ cross:
 
 test:
 	$(GO) test -race -timeout 20m ./...
+
+# chaos runs the fault test TestNemesis for DURATION (default 60m): three
+# nodes and etcd in network namespaces (root, iproute2 and nftables) under
+# load, cycles of mixed faults, each cycle's history checked; it writes
+# docs/FAULTS.md. SEED repeats a schedule. Without the race detector, so
+# that the load is the nodes' own.
+CHAOS_TIMEOUT ?= 24h
+chaos:
+	SHARDQ_CHAOS_DURATION=$(or $(DURATION),60m) SHARDQ_CHAOS_SEED=$(SEED) \
+	SHARDQ_CHAOS_REPORT=$(CURDIR)/docs/FAULTS.md \
+	SHARDQ_CHAOS_COMMAND="make chaos DURATION=$(or $(DURATION),60m)$(if $(SEED), SEED=$(SEED))" \
+	$(GO) test -count=1 -v -run '^TestNemesis$$' -timeout $(CHAOS_TIMEOUT) ./cluster/
 
 # proto regenerates cluster/clusterpb from cluster.proto: protoc (Debian's
 # protobuf-compiler) and the Go plugins, at the versions of the checked-in

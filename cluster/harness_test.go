@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/shardq/shardq/cluster/devetcd"
+	"github.com/shardq/shardq/internal/netfault"
 	"github.com/shardq/shardq/internal/testbin"
 )
 
@@ -51,6 +52,9 @@ type testCluster struct {
 	cli   *clientv3.Client
 	nodes map[string]*node
 	extra []string // flags every node gets
+	// net, when set, runs each node in its network namespace of the name
+	// of the node, on fixed ports of its address (newNetCluster).
+	net *netfault.Net
 }
 
 type node struct {
@@ -84,7 +88,13 @@ func (c *testCluster) start(id string, extra ...string) *node {
 	t.Helper()
 	n := c.nodes[id]
 	if n == nil {
-		n = &node{id: id, dir: t.TempDir(), mqtt: freeAddr(t), http: freeAddr(t), grpc: freeAddr(t)}
+		n = &node{id: id, dir: t.TempDir()}
+		if c.net != nil {
+			ip := c.net.Addr(id)
+			n.mqtt, n.http, n.grpc = ip+":1883", ip+":8990", ip+":8991"
+		} else {
+			n.mqtt, n.http, n.grpc = freeAddr(t), freeAddr(t), freeAddr(t)
+		}
 		c.nodes[id] = n
 	}
 	n.launch(t, c, extra)
@@ -97,7 +107,11 @@ func (n *node) launch(t testing.TB, c *testCluster, extra []string) {
 	args := []string{"serve", "--data-dir", n.dir, "--mqtt", n.mqtt, "--http", n.http, "--ws", "",
 		"--node-id", n.id, "--etcd", c.etcd, "--cluster-addr", n.grpc, "--log-level", "info"}
 	args = append(append(args, c.extra...), extra...)
-	n.cmd = exec.Command(shardqBinary(t), args...)
+	if c.net != nil {
+		n.cmd = c.net.Command(n.id, shardqBinary(t), args...)
+	} else {
+		n.cmd = exec.Command(shardqBinary(t), args...)
+	}
 	f, err := os.OpenFile(filepath.Join(n.dir, "..", n.id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -191,12 +205,22 @@ type ownership struct {
 // owners reads the owners of the queue's partitions from etcd.
 func (c *testCluster) owners(queue string) map[int]ownership {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	out, err := c.ownersWithin(queue, 5*time.Second)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+// ownersWithin reads the owners of the queue's partitions from etcd, or
+// fails when etcd did not answer within that time.
+func (c *testCluster) ownersWithin(queue string, within time.Duration) (map[int]ownership, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	prefix := "/shardq/owners/" + queue + "/"
 	resp, err := c.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		c.t.Fatal(err)
+		return nil, err
 	}
 	out := map[int]ownership{}
 	for _, kv := range resp.Kvs {
@@ -208,7 +232,7 @@ func (c *testCluster) owners(queue string) map[int]ownership {
 		_ = json.Unmarshal(kv.Value, &o)
 		out[p] = o
 	}
-	return out
+	return out, nil
 }
 
 // waitOwned waits until every partition of the queue is owned by one of
@@ -555,4 +579,9 @@ func (c *testCluster) startThree() *client {
 	return prod
 }
 
-func TestMain(m *testing.M) { testbin.Main(m) }
+func TestMain(m *testing.M) {
+	if listen := os.Getenv(etcdListenEnv); listen != "" {
+		serveEtcd(listen, os.Getenv(etcdDirEnv)) // the etcd of a test in namespaces
+	}
+	testbin.Main(m)
+}

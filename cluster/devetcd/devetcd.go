@@ -1,12 +1,14 @@
 // Package devetcd runs an etcd server inside the process, for `shardq
-// cluster dev` and for tests: one member on loopback, tuned to be ready
-// fast. Production uses an external etcd cluster.
+// cluster dev` and for tests: one member, on loopback unless told
+// otherwise, tuned to be ready fast. Production uses an external etcd
+// cluster.
 package devetcd
 
 import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -23,7 +25,10 @@ type Server struct {
 type Options struct {
 	// Dir holds its data. Required.
 	Dir string
-	// ClientPort is the client port on 127.0.0.1; 0 picks a free one.
+	// Host is the address the client port listens on and is advertised
+	// at; empty is 127.0.0.1. The peer port stays on 127.0.0.1.
+	Host string
+	// ClientPort is the client port on Host; 0 picks a free one.
 	ClientPort int
 	// Fsync makes etcd sync its log (off by default: a development and
 	// test server loses nothing that matters when the process dies with it).
@@ -32,11 +37,15 @@ type Options struct {
 
 // Start starts the server and waits until it serves.
 func Start(o Options) (*Server, error) {
-	cport, err := freePort(o.ClientPort)
+	host := o.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	cport, err := freePort(host, o.ClientPort)
 	if err != nil {
 		return nil, err
 	}
-	pport, err := freePort(0)
+	pport, err := freePort("127.0.0.1", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +58,7 @@ func Start(o Options) (*Server, error) {
 	cfg.UnsafeNoFsync = !o.Fsync
 	cfg.TickMs = 10
 	cfg.ElectionMs = 100
-	curl := &url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cport)}
+	curl := &url.URL{Scheme: "http", Host: net.JoinHostPort(host, strconv.Itoa(cport))}
 	purl := &url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pport)}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*curl}, []url.URL{*curl}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*purl}, []url.URL{*purl}
@@ -76,11 +85,12 @@ func (s *Server) Endpoint() string { return s.endpoint }
 // Close stops the server.
 func (s *Server) Close() { s.e.Close() }
 
-func freePort(p int) (int, error) {
+// freePort returns p, or when p is 0 a port free on host.
+func freePort(host string, p int) (int, error) {
 	if p != 0 {
 		return p, nil
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}
