@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardq/shardq/cluster"
 	"github.com/shardq/shardq/config"
+	"github.com/shardq/shardq/internal/raftstore"
 	"github.com/shardq/shardq/queue"
 	"github.com/shardq/shardq/storage/raftlog"
 )
@@ -70,7 +71,7 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 		return nil, fmt.Errorf("broker: opening the raft log: %w", err)
 	}
 	b.raftLog = rl
-	o.RaftStore = raftStore{rl}
+	o.RaftStore = raftstore.Store{S: rl}
 	// A restarted node takes its id over from its earlier run at once,
 	// rather than waiting for that run's lease to lapse: the data
 	// directory, which one process at a time holds, names the run.

@@ -164,7 +164,7 @@ func (n *Node) reconcile() {
 	}
 	if n.raft != nil {
 		// Every group of this node is open now.
-		n.raft.recoveredAll()
+		n.raft.mr.RecoveredAll()
 	}
 }
 
@@ -330,7 +330,7 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		n.dropIfServed(id, rec)
 		return
 	}
-	g, err := n.raft.ensureGroup(id, rec.Replicas)
+	r, err := n.raft.ensureGroup(id, rec.Replicas)
 	if err != nil {
 		n.log.Error("starting a partition's raft group", "partition", id.String(), "err", err)
 		return
@@ -338,9 +338,10 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 	n.mu.Lock()
 	session, leaving := int64(n.session), n.view.leaving
 	n.mu.Unlock()
-	if !g.isLeader.Load() || !g.caughtUp.Load() || leaving {
-		if g.isLeader.Load() && leaving {
-			n.raft.transferLeadership(n.liveNode)
+	g := r.g
+	if !g.IsLeader() || !g.CaughtUp() || leaving {
+		if g.IsLeader() && leaving {
+			n.raft.mr.TransferAll(n.liveNode)
 		}
 		for _, x := range pair(id) {
 			if _, owned := n.m.Owned(x); owned {
@@ -353,7 +354,7 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		}
 		return
 	}
-	term := g.leaderTerm.Load()
+	term := g.LeaderTerm()
 	if rec.Term > term {
 		// Claimed by the leader of a later term: this node's leadership
 		// is stale (it was paused or cut off); raft tells it soon.
@@ -370,7 +371,7 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		rec = o
 	}
 	if epoch, owned := n.m.Owned(id); !owned || epoch != rec.Epoch {
-		if owned && g.servedTerm.Load() != term {
+		if owned && r.servedTerm.Load() != term {
 			// Served since an earlier term: others appended since; read
 			// it again from storage.
 			for _, x := range pair(id) {
@@ -380,10 +381,10 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 			}
 		}
 		n.acquire(id, rec.Epoch)
-		g.servedTerm.Store(term)
+		r.servedTerm.Store(term)
 	}
-	n.maintainReplicas(id, g, rec, allowed, rf)
-	n.balanceLeader(id, g, allowed)
+	n.maintainReplicas(id, r, rec, allowed, rf)
+	n.balanceLeader(id, r, allowed)
 }
 
 // leaderSettle is how long a leader serves before it hands the leadership
@@ -395,16 +396,12 @@ const leaderSettle = 3 * time.Second
 // once it is in sync. So the partitions' leaders spread over the nodes as
 // their owners do with one replica, and return to a node that was down
 // once it caught up, rather than staying on the nodes that survived.
-func (n *Node) balanceLeader(id queue.PartitionID, g *rgroup, allowed []string) {
-	now := monoNow()
-	if now-g.leaderSince.Load() < int64(leaderSettle) || now-g.handedAt.Load() < int64(leaderSettle) {
+func (n *Node) balanceLeader(id queue.PartitionID, r *replica, allowed []string) {
+	if time.Since(r.g.LeaderSince()) < leaderSettle || monoNow()-r.handedAt.Load() < int64(leaderSettle) {
 		return
 	}
-	cur, ok := n.raft.replicas(g.name)
-	if !ok {
-		return
-	}
-	in, ok := n.raft.inSync(g.name)
+	cur := r.g.Replicas()
+	in, ok := r.g.InSync()
 	if !ok {
 		return
 	}
@@ -421,18 +418,18 @@ func (n *Node) balanceLeader(id queue.PartitionID, g *rgroup, allowed []string) 
 	if preferred == "" || preferred == n.opts.NodeID || !slices.Contains(in, preferred) {
 		return
 	}
-	g.handedAt.Store(now)
+	r.handedAt.Store(monoNow())
 	n.log.Info("handing a partition's leadership to its preferred replica", "partition", id.String(), "node", preferred)
-	n.raft.requestTransfer(g, func(node string) bool { return node == preferred })
+	r.g.RequestTransfer(func(node string) bool { return node == preferred })
 }
 
 // maintainReplicas, on a partition's leader: the record in etcd follows
 // the replicas raft applied; a replica whose node has been gone for
 // ReplaceAfter is removed, and a group with fewer replicas than its
 // replication factor gets the best-scored live node that is not one.
-func (n *Node) maintainReplicas(id queue.PartitionID, g *rgroup, rec Ownership, allowed []string, rf int) {
-	cur, ok := n.raft.replicas(g.name)
-	if !ok || len(cur) == 0 {
+func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownership, allowed []string, rf int) {
+	cur := rep.g.Replicas()
+	if len(cur) == 0 {
 		return
 	}
 	if !sameSet(cur, rec.Replicas) {
@@ -476,9 +473,9 @@ func (n *Node) maintainReplicas(id queue.PartitionID, g *rgroup, rec Ownership, 
 	switch {
 	case len(gone) > 0 && len(cur) > 1:
 		n.log.Info("replacing a replica whose node is gone", "partition", id.String(), "node", gone[0], "after", n.opts.ReplaceAfter)
-		n.raft.requestChange(g, false, gone[0])
+		rep.g.RequestChange(false, gone[0])
 	case candidate != "":
-		n.raft.requestChange(g, true, candidate)
+		rep.g.RequestChange(true, candidate)
 	}
 }
 

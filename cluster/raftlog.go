@@ -110,15 +110,15 @@ func (l *raftLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, _
 		p.finish(&queue.FencedError{Partition: l.id, Epoch: epoch, Current: cur})
 		return
 	}
-	g := l.h.group(l.group)
-	if g == nil || !g.isLeader.Load() {
+	r := l.h.replica(l.group)
+	if r == nil || !r.g.IsLeader() {
 		p.finish(fmt.Errorf("%w: %s: this node does not lead its replicas", queue.ErrNotOwned, l.id))
 		return
 	}
 	l.h.mu.Lock()
-	g.pending = append(g.pending, p)
+	r.pending = append(r.pending, p)
 	l.h.mu.Unlock()
-	l.h.poke()
+	r.g.Wake()
 }
 
 func (l *raftLog) Read(from, to uint64, max int) ([]*queue.Message, error) {

@@ -6,6 +6,9 @@ import (
 	"io"
 	"sync"
 
+	rpb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/shardq/shardq/cluster/clusterpb"
 )
 
@@ -120,11 +123,14 @@ func (s *server) Raft(stream pb.Node_RaftServer) error {
 		if err != nil {
 			return err
 		}
-		for _, m := range b.Messages {
-			select {
-			case h.inbox <- m:
-			case <-stream.Context().Done():
-				return stream.Context().Err()
+		for _, w := range b.Messages {
+			m := new(rpb.Message)
+			if err := proto.Unmarshal(w.Message, m); err != nil {
+				s.n.log.Warn("raft message undecodable", "group", w.Group, "err", err)
+				continue
+			}
+			if err := h.mr.Step(stream.Context(), w.Group, m); err != nil {
+				return err
 			}
 		}
 	}

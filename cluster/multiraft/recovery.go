@@ -1,13 +1,8 @@
-package cluster
+package multiraft
 
 import (
-	"fmt"
-	"slices"
-
 	rpb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/shardq/shardq/queue"
 )
 
 // Recovery: a replica whose raft log lost entries it had acknowledged
@@ -36,13 +31,13 @@ import (
 
 // recoveringAtOpen reports whether a group opened with the stored state
 // st starts recovering.
-func (h *raftHost) recoveringAtOpen(st RaftState) bool {
-	return st.Recovering || h.store.Recovering()
+func (h *Host) recoveringAtOpen(st State) bool {
+	return st.Recovering || h.o.Store.Recovering()
 }
 
 // screen filters what a peer sends to a recovering group (driver
 // goroutine): it reports whether m is stepped.
-func (h *raftHost) screen(g *rgroup, m *rpb.Message) bool {
+func (h *Host) screen(g *Group, m *rpb.Message) bool {
 	if !g.recovering.Load() {
 		return true
 	}
@@ -64,7 +59,7 @@ func (h *raftHost) screen(g *rgroup, m *rpb.Message) bool {
 
 // stepped notes, after a recovering group stepped m, what its leader had
 // committed (driver goroutine).
-func (h *raftHost) stepped(g *rgroup, m *rpb.Message) {
+func (h *Host) stepped(g *Group, m *rpb.Message) {
 	if g.recovering.Load() && m.GetType() == rpb.MessageType_MsgApp && g.rn.BasicStatus().Lead == m.GetFrom() {
 		g.recoverTo = max(g.recoverTo, m.GetCommit())
 	}
@@ -72,7 +67,7 @@ func (h *raftHost) stepped(g *rgroup, m *rpb.Message) {
 
 // checkRecovered ends a group's recovery once its log holds what its
 // leader had committed (driver goroutine).
-func (h *raftHost) checkRecovered(g *rgroup) {
+func (h *Host) checkRecovered(g *Group) {
 	if !g.recovering.Load() || g.recoverTo == 0 {
 		return
 	}
@@ -81,20 +76,22 @@ func (h *raftHost) checkRecovered(g *rgroup) {
 		return
 	}
 	no := false
-	if err := h.store.Save([]RaftWrite{{Group: g.name, Recovering: &no}}, true); err != nil {
-		h.n.log.Error("recording a replica's recovery", "group", g.name, "err", err)
+	if err := h.o.Store.Save([]Write{{Group: g.name, Recovering: &no}}, true); err != nil {
+		h.log.Error("recording a replica's recovery", "group", g.name, "err", err)
 		return
 	}
 	g.recovering.Store(false)
-	h.n.Metrics().recovering.Dec()
-	h.n.log.Info("replica has every committed entry back; it takes part in elections again", "group", g.name, "commit", st.HardState.GetCommit())
+	if f := h.o.Observer.Recovering; f != nil {
+		f(-1)
+	}
+	h.log.Info("replica has every committed entry back; it takes part in elections again", "group", g.name, "commit", st.HardState.GetCommit())
 }
 
 // lostEntries, on a leader, reads a rejection from a replica: one below
 // what the replica acknowledged means it lost entries (driver goroutine).
 // Raft never sends a follower entries below what it acknowledged, so the
 // leadership goes to another replica, which starts from a fresh view.
-func (h *raftHost) lostEntries(g *rgroup, m *rpb.Message) {
+func (h *Host) lostEntries(g *Group, m *rpb.Message) {
 	if !g.leader || m.GetType() != rpb.MessageType_MsgAppResp || !m.GetReject() {
 		return
 	}
@@ -111,52 +108,41 @@ func (h *raftHost) lostEntries(g *rgroup, m *rpb.Message) {
 	if g.rn.BasicStatus().LeadTransferee != 0 {
 		return
 	}
-	h.n.log.Warn("a replica lost entries it had acknowledged; the leadership moves so that they are sent to it again",
+	h.log.Warn("a replica lost entries it had acknowledged; the leadership moves so that they are sent to it again",
 		"group", g.name, "replica", node, "its_last", m.GetRejectHint(), "acknowledged", pr.Match)
 	for _, r := range g.replicas {
-		if r != h.n.opts.NodeID && r != node && h.n.liveNode(r) {
-			g.rn.TransferLeader(raftID(r))
+		if r != h.o.NodeID && r != node && h.o.Live(r) {
+			g.rn.TransferLeader(ID(r))
 			return
 		}
 	}
 }
 
-// checkForgotten marks the store recovering when it holds no group while
-// the cluster's records name this node a replica of some: its raft log
-// was removed or its data directory replaced while it was a voter, so
-// what it voted and acknowledged with is lost.
-func (h *raftHost) checkForgotten() error {
-	if h.store.Recovering() {
+// CheckForgotten marks the store recovering when it holds no group while
+// named (the cluster's records) names this node a replica of a group:
+// its raft log was removed, or its data directory replaced, while it was
+// a voter, so what it voted and acknowledged with is lost.
+func (h *Host) CheckForgotten(named func() (group string, ok bool)) error {
+	if h.o.Store.Recovering() {
 		return nil
 	}
-	groups, err := h.store.Groups()
+	groups, err := h.o.Store.Groups()
 	if err != nil || len(groups) > 0 {
 		return err
 	}
-	self := h.n.opts.NodeID
-	h.n.mu.Lock()
-	var named queue.PartitionID
-	found := false
-	for id, o := range h.n.view.owners {
-		if slices.Contains(o.Replicas, self) {
-			named, found = id, true
-			break
-		}
-	}
-	h.n.mu.Unlock()
-	if !found {
+	group, ok := named()
+	if !ok {
 		return nil
 	}
-	h.n.log.Error("this node's raft log is empty while the cluster names it a replica: it takes no part in elections until its peers have given it back every entry",
-		"partition", named.String())
-	return h.store.MarkRecovering(fmt.Sprintf("raft log empty while the cluster names node %s a replica of %s", self, named))
+	h.log.Error("this node's raft log is empty while the cluster names it a replica: it takes no part in elections until its peers have given it back every entry",
+		"group", group)
+	return h.o.Store.MarkRecovering("raft log empty while the cluster names node " + h.o.NodeID + " a replica of " + group)
 }
 
-// recoveredAll clears the store's recovering state once a whole pass of
-// the reconcile loop opened every group of this node and none is
-// recovering.
-func (h *raftHost) recoveredAll() {
-	if !h.store.Recovering() {
+// RecoveredAll clears the store's recovering state once no group is
+// recovering; call it when every group of this node is open.
+func (h *Host) RecoveredAll() {
+	if !h.o.Store.Recovering() {
 		return
 	}
 	for _, g := range h.all() {
@@ -164,9 +150,9 @@ func (h *raftHost) recoveredAll() {
 			return
 		}
 	}
-	if err := h.store.Recovered(); err != nil {
-		h.n.log.Error("recording the raft log's recovery", "err", err)
+	if err := h.o.Store.Recovered(); err != nil {
+		h.log.Error("recording the raft log's recovery", "err", err)
 		return
 	}
-	h.n.log.Info("every raft group of this node has its entries back")
+	h.log.Info("every raft group of this node has its entries back")
 }

@@ -1,0 +1,47 @@
+// Package multiraft runs many raft groups (go.etcd.io/raft) on one node:
+// one driver goroutine ticks them, steps what peers send, proposes, and
+// handles their Ready together, so that one write and one fsync of the
+// shared log (Store, storage/raftlog) cover every group's new entries.
+//
+// It knows groups and bytes, not queues. A group is opened with a
+// StateMachine, which applies the committed entries, proposes when asked,
+// and sends a copy of its state to a replica behind the compacted log;
+// the Transport carries raft's messages to the other nodes. cluster/
+// implements both for a queue's partition.
+//
+//	h := multiraft.New(multiraft.Options{NodeID: "a", Store: store, Transport: t})
+//	go h.Run(ctx)
+//	g, err := h.Open("orders/0", []string{"a", "b", "c"}, sm)
+//	// a peer's message: h.Step("orders/0", m)
+//	// sm.Propose, on the driver goroutine: g.Propose(data)
+//
+// # Replicas
+//
+// A group's replicas are node names; a node's raft id is ID(node). A new
+// group starts from an initial state every replica shares: a snapshot of
+// nothing at index 1. Its first replica campaigns at once. A replica
+// change is a raft configuration change whose context names the node.
+//
+// # Durability
+//
+// Entries, hard state and configuration are on the Store's disk before
+// anything that depends on them leaves the node, but a leader's appends,
+// sent while its own write runs (its answers are read after the write).
+// Committed entries are applied beside the write of the new ones. Every
+// SyncEvery the host syncs what the state machines stored (SyncApplied),
+// records each group's applied index, and compacts its log to LogKeep
+// entries below it; a replica behind that point gets a copy.
+//
+// A replica whose log lost entries it had acknowledged (the Store was
+// salvaged after damage, or its log is gone while it is still a replica)
+// takes no part in elections until it has them again: see recovery.go.
+//
+// # Goroutines and locks
+//
+// The driver (Run) owns every group's raw node and memory storage, and
+// calls the state machines, except Copy, which runs on a goroutine of its
+// own, and Stored, which may be called from any. Host.mu guards the group
+// map, the leaving function and each group's in-sync list; it is never
+// held while calling a state machine or the Store. Group's atomics are
+// read from anywhere.
+package multiraft

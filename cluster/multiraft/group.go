@@ -1,0 +1,321 @@
+package multiraft
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	rpb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Group is one raft group on this node.
+type Group struct {
+	h    *Host
+	name string
+	sm   StateMachine
+	rn   *raft.RawNode
+	ms   *raft.MemoryStorage
+	// replicas and nodes change with replica changes, on the driver
+	// goroutine; replicas is read under Host.mu elsewhere.
+	replicas []string
+	nodes    map[uint64]string
+
+	// Driver goroutine only.
+	leader bool
+	// hsTerm and hsVote are the term and vote last written to the log.
+	hsTerm, hsVote uint64
+	synced         uint64 // applied index last recorded
+	compacted      uint64
+	// lagged: the replicas whose lag this leader reported last tick.
+	lagged, laggedBefore []string
+	// campaign: a new group whose first replica is this node, which
+	// starts an election at once rather than after a timeout.
+	campaign bool
+	// recoverTo: while recovering, what its leader had committed when
+	// first heard from (recovery.go).
+	recoverTo uint64
+
+	// inSync: the replicas within InSyncLag entries of the leader's log,
+	// as the leader saw them at its last tick (nil: not the leader).
+	// Guarded by Host.mu.
+	inSync []string
+
+	// wanted: the state machine has something to propose.
+	wanted atomic.Bool
+	// caughtUp: leader, and every entry committed before its term is
+	// stored by the state machine.
+	caughtUp atomic.Bool
+	isLeader atomic.Bool
+	// recovering: this replica's log lost entries; it takes no part in
+	// elections (recovery.go).
+	recovering atomic.Bool
+	// leaderTerm is the term this node leads in (while isLeader);
+	// leaderSince when it became the leader (UnixNano).
+	leaderTerm  atomic.Uint64
+	leaderSince atomic.Int64
+}
+
+// Name returns the group's name.
+func (g *Group) Name() string { return g.name }
+
+// IsLeader reports whether this replica leads the group.
+func (g *Group) IsLeader() bool { return g.isLeader.Load() }
+
+// CaughtUp reports whether this replica leads the group and its state
+// machine stores every entry committed before its term: it may serve.
+func (g *Group) CaughtUp() bool { return g.caughtUp.Load() }
+
+// LeaderTerm returns the term this replica leads in (while IsLeader).
+func (g *Group) LeaderTerm() uint64 { return g.leaderTerm.Load() }
+
+// LeaderSince returns when this replica became the leader.
+func (g *Group) LeaderSince() time.Time { return time.Unix(0, g.leaderSince.Load()) }
+
+// Recovering reports whether the group takes no part in elections until
+// it has its entries back (recovery.go).
+func (g *Group) Recovering() bool { return g.recovering.Load() }
+
+// Replicas returns the group's replicas, as applied here.
+func (g *Group) Replicas() []string {
+	g.h.mu.Lock()
+	defer g.h.mu.Unlock()
+	return slices.Clone(g.replicas)
+}
+
+// InSync returns the replicas in sync with this leader, false when it
+// does not lead.
+func (g *Group) InSync() ([]string, bool) {
+	g.h.mu.Lock()
+	defer g.h.mu.Unlock()
+	if g.inSync == nil {
+		return nil, false
+	}
+	return slices.Clone(g.inSync), true
+}
+
+// Wake asks the driver to call the state machine's Propose. Any
+// goroutine.
+func (g *Group) Wake() {
+	g.wanted.Store(true)
+	g.h.Poke()
+}
+
+// Propose proposes data as one entry; on the driver goroutine (in the
+// state machine's Propose).
+func (g *Group) Propose(data []byte) error {
+	if !g.leader {
+		return ErrNotLeader
+	}
+	return g.rn.Propose(data)
+}
+
+// FirstIndex returns the first entry the group's log still holds: a
+// replica behind it gets a copy.
+func (g *Group) FirstIndex() uint64 {
+	i, _ := g.ms.FirstIndex()
+	return i
+}
+
+// Leading reports, on the driver goroutine, whether this replica leads.
+func (g *Group) Leading() bool { return g.leader }
+
+// confState is the group's configuration: its replicas, all voters.
+func (g *Group) confState() *rpb.ConfState {
+	voters := make([]uint64, 0, len(g.replicas))
+	for _, r := range g.replicas {
+		voters = append(voters, ID(r))
+	}
+	return &rpb.ConfState{Voters: voters}
+}
+
+// A replica whose next entry the leader compacted away gets a copy: the
+// state machine sends what it stores (Copy), then raft's snapshot
+// message, which carries no data, is sent. The replica's copy may be
+// newer than the snapshot's index: entries it applies after it again
+// must only set what the copy holds already.
+
+type copyResult struct {
+	g    *Group
+	node string
+	m    *rpb.Message
+	err  error
+}
+
+// sendCopy starts the copy for node, once at a time.
+func (h *Host) sendCopy(g *Group, node string, m *rpb.Message) {
+	key := g.name + "/" + node
+	if h.sending[key] {
+		return
+	}
+	h.sending[key] = true
+	h.mu.Lock()
+	ctx := h.ctx
+	h.mu.Unlock()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		err := g.sm.Copy(cctx, node)
+		cancel()
+		select {
+		case h.copies <- copyResult{g: g, node: node, m: m, err: err}:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// copyDone sends raft's snapshot message after a copy, and tells raft how
+// it went; on the driver goroutine.
+func (h *Host) copyDone(r copyResult) {
+	delete(h.sending, r.g.name+"/"+r.node)
+	to := r.m.GetTo()
+	if r.err != nil {
+		h.log.Warn("copy for a replica behind failed", "group", r.g.name, "replica", r.node, "err", r.err)
+		r.g.rn.ReportSnapshot(to, raft.SnapshotFailure)
+		return
+	}
+	if h.o.Transport == nil || !h.o.Transport.Send(r.node, r.g.name, r.m) {
+		r.g.rn.ReportSnapshot(to, raft.SnapshotFailure)
+		return
+	}
+	r.g.rn.ReportSnapshot(to, raft.SnapshotFinish)
+	if f := h.o.Observer.CopySent; f != nil {
+		f(r.g.name, r.node)
+	}
+	h.log.Info("replica behind sent a copy", "group", r.g.name, "replica", r.node, "index", r.m.GetSnapshot().GetMetadata().GetIndex())
+}
+
+// installSnapshot records raft's snapshot of a group: its data came with
+// the copy before it.
+func (h *Host) installSnapshot(g *Group, snap *rpb.Snapshot) {
+	meta := snap.GetMetadata()
+	if err := g.ms.ApplySnapshot(snap); err != nil {
+		h.log.Warn("installing a snapshot", "group", g.name, "err", err)
+		return
+	}
+	if err := h.o.Store.Save([]Write{{Group: g.name, ConfState: meta.GetConfState(), Applied: meta.GetIndex()}}, true); err != nil {
+		h.log.Warn("recording a snapshot", "group", g.name, "err", err)
+	}
+	if err := h.o.Store.Compact(g.name, meta.GetIndex(), meta.GetTerm()); err != nil {
+		h.log.Warn("recording a snapshot", "group", g.name, "err", err)
+	}
+	g.sm.Installed(meta.GetIndex())
+	g.synced = max(g.synced, meta.GetIndex())
+	g.compacted = max(g.compacted, meta.GetIndex())
+}
+
+// Replica changes: a leader replaces a replica or adds one, one change at
+// a time, as raft configuration changes whose context names the node, so
+// that every replica learns its name. The new replica starts from the
+// initial state every group shares and catches up by entries or, past the
+// compacted log, by a copy.
+
+type confRequest struct {
+	g    *Group
+	add  bool
+	node string
+	// to, when set, asks for a leadership transfer instead, to a replica
+	// it accepts.
+	to func(string) bool
+}
+
+// RequestTransfer asks the driver to hand the group's leadership to a
+// replica to accepts. Any goroutine; dropped when many are waiting.
+func (g *Group) RequestTransfer(to func(string) bool) {
+	select {
+	case g.h.changes <- confRequest{g: g, to: to}:
+	default:
+	}
+}
+
+// RequestChange asks the driver to propose adding (or removing) node as a
+// replica. Any goroutine; dropped when many are waiting.
+func (g *Group) RequestChange(add bool, node string) {
+	select {
+	case g.h.changes <- confRequest{g: g, add: add, node: node}:
+	default:
+	}
+}
+
+func (h *Host) proposeChange(r confRequest) {
+	g := r.g
+	if !g.leader || g.rn.BasicStatus().LeadTransferee != 0 {
+		return
+	}
+	if r.to != nil {
+		for _, node := range g.replicas {
+			if node != h.o.NodeID && r.to(node) {
+				g.rn.TransferLeader(ID(node))
+				return
+			}
+		}
+		return
+	}
+	typ := rpb.ConfChangeType_ConfChangeRemoveNode
+	if r.add {
+		typ = rpb.ConfChangeType_ConfChangeAddNode
+	}
+	cc := &rpb.ConfChange{Type: &typ, NodeId: proto.Uint64(ID(r.node)), Context: []byte(r.node)}
+	if err := g.rn.ProposeConfChange(cc); err != nil {
+		h.log.Warn("proposing a replica change", "group", g.name, "node", r.node, "add", r.add, "err", err)
+		return
+	}
+	h.log.Info("replica change proposed", "group", g.name, "node", r.node, "add", r.add)
+}
+
+// applyChange applies a committed replica change; it reports whether it
+// removed this node, which ends the group here.
+func (h *Host) applyChange(g *Group, e *rpb.Entry) bool {
+	var cc rpb.ConfChange
+	if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+		h.log.Error("replica change undecodable", "group", g.name, "err", err)
+		return false
+	}
+	cs := g.rn.ApplyConfChange(&cc)
+	node := string(cc.GetContext())
+	if cc.GetType() == rpb.ConfChangeType_ConfChangeRemoveNode && cc.GetNodeId() == h.id {
+		h.mu.Lock()
+		delete(h.groups, g.name)
+		h.mu.Unlock()
+		g.isLeader.Store(false)
+		g.caughtUp.Store(false)
+		if g.recovering.Swap(false) {
+			if f := h.o.Observer.Recovering; f != nil {
+				f(-1)
+			}
+		}
+		g.sm.Removed()
+		if err := h.o.Store.Drop(g.name); err != nil {
+			h.log.Warn("dropping a raft group", "group", g.name, "err", err)
+		}
+		h.log.Info("no longer a replica", "group", g.name)
+		h.changed()
+		return true
+	}
+	h.mu.Lock()
+	before := len(g.replicas)
+	switch cc.GetType() {
+	case rpb.ConfChangeType_ConfChangeAddNode:
+		if node != "" && !slices.Contains(g.replicas, node) {
+			g.replicas = append(slices.Clone(g.replicas), node)
+			g.nodes[cc.GetNodeId()] = node
+		}
+	case rpb.ConfChangeType_ConfChangeRemoveNode:
+		g.replicas = slices.DeleteFunc(slices.Clone(g.replicas), func(r string) bool { return ID(r) == cc.GetNodeId() })
+	}
+	changed := len(g.replicas) != before
+	replicas := g.replicas
+	h.mu.Unlock()
+	if err := h.o.Store.Save([]Write{{Group: g.name, ConfState: cs}}, true); err != nil {
+		h.log.Warn("recording a replica change", "group", g.name, "err", err)
+	}
+	if changed {
+		h.log.Info("replicas changed", "group", g.name, "replicas", replicas)
+	}
+	h.changed()
+	return false
+}

@@ -1,0 +1,809 @@
+package multiraft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	rpb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+)
+
+// Store keeps the raft log of the node's groups (storage/raftlog).
+type Store interface {
+	Load(group string) (State, error)
+	// Save stores many groups' writes with one write; with sync, durably
+	// when it returns, else with the next synced Save.
+	Save(ws []Write, sync bool) error
+	Compact(group string, index, term uint64) error
+	Drop(group string) error
+	// Recovering reports that the store was salvaged after damage (or
+	// marked so) and Recovered was not called since: a group it holds
+	// nothing of may have lost what it acknowledged.
+	Recovering() bool
+	Recovered() error
+	// MarkRecovering makes Recovering true, durably.
+	MarkRecovering(why string) error
+	// Groups names the groups with stored state.
+	Groups() ([]string, error)
+}
+
+// State is what is stored of a group.
+type State struct {
+	HardState *rpb.HardState
+	ConfState *rpb.ConfState
+	Snapshot  *rpb.SnapshotMetadata
+	Entries   []*rpb.Entry
+	Applied   uint64
+	Meta      []byte
+	// Recovering: the group lost entries it acknowledged (recovery.go).
+	Recovering bool
+}
+
+// Write is what one Ready of a group stores.
+type Write struct {
+	Group     string
+	HardState *rpb.HardState
+	ConfState *rpb.ConfState
+	Entries   []*rpb.Entry
+	Applied   uint64
+	Meta      []byte
+	// Recovering, when set, stores whether the group is recovering.
+	Recovering *bool
+}
+
+// Transport carries raft messages to other nodes.
+type Transport interface {
+	// Send hands m of group to node; false when it was dropped (raft
+	// sends again).
+	Send(node, group string, m *rpb.Message) bool
+}
+
+// StateMachine is what a group replicates into. The host calls it on its
+// driver goroutine, but Copy and Stored.
+type StateMachine interface {
+	// Apply applies committed entries, in order, of every type: normal
+	// ones with data are the state machine's, the others only move the
+	// index on. It may store them asynchronously; Stored reports how far.
+	Apply(ents []*rpb.Entry)
+	// Stored returns the index up to which every applied entry is
+	// stored. Any goroutine.
+	Stored() uint64
+	// Propose is called after the group's Wake: on a leader, the state
+	// machine proposes what it has with Group.Propose.
+	Propose()
+	// LeaderChanged tells that this replica became, or stopped being,
+	// the group's leader.
+	LeaderChanged(leader bool)
+	// Persisted tells a leader that the entries it proposed so far are on
+	// its own disk (not yet committed).
+	Persisted()
+	// Copy sends what the state machine stores to node, a replica behind
+	// the compacted log, before raft's snapshot (which carries no data)
+	// is sent to it. On a goroutine of its own.
+	Copy(ctx context.Context, node string) error
+	// Installed tells that a snapshot at index was installed here: its
+	// data came with a copy before it.
+	Installed(index uint64)
+	// Failed tells that the raft log could not be written: nothing
+	// pending will commit here.
+	Failed(err error)
+	// Removed tells that this node is no longer a replica: the group is
+	// closed and its log dropped.
+	Removed()
+}
+
+// Observer gets the host's events for metrics; every func is optional.
+type Observer struct {
+	LogWrite      func(time.Duration)
+	LeaderChanged func(group string, leader bool)
+	// Lag is a replica's lag behind this leader, each tick; LagGone ends
+	// a series Lag started.
+	Lag      func(group, node string, lag uint64)
+	LagGone  func(group, node string)
+	CopySent func(group, node string)
+	// Recovering counts groups that start (+1) or end (-1) recovering.
+	Recovering func(delta int)
+	// Changed: a group's leadership, catch-up or replicas changed.
+	Changed func()
+}
+
+// Options configure a Host.
+type Options struct {
+	// Usually set.
+	NodeID    string // required
+	Store     Store  // required
+	Transport Transport
+	Logger    *slog.Logger
+	Observer  Observer
+	// SyncApplied syncs what every state machine stored; it runs beside
+	// the driver before applied indexes are recorded.
+	SyncApplied func()
+	// Live reports whether a node is a member now (a leader hands its
+	// leadership only to live ones); nil: every node.
+	Live func(node string) bool
+
+	// Fine tuning.
+	Tick          time.Duration // default 100ms
+	ElectionTicks int           // default 10
+	LogKeep       uint64        // applied entries kept for a replica behind; default 5000
+	SyncEvery     time.Duration // default 500ms
+	// InSyncLag is how many entries behind its leader a replica may be
+	// and count as in sync; default 1000.
+	InSyncLag uint64
+}
+
+// ID is the raft id of a node.
+func ID(node string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(node))
+	if x := h.Sum64(); x != 0 {
+		return x
+	}
+	return 1
+}
+
+// Host runs the node's raft groups.
+type Host struct {
+	o   Options
+	log *slog.Logger
+	id  uint64
+
+	mu     sync.Mutex
+	groups map[string]*Group
+	// leaving, once set, makes the driver hand leadership over to the
+	// live replicas it reports.
+	leaving func(string) bool
+
+	inbox chan inbound
+	wake  chan struct{}
+	ctx   context.Context // of Run; nil before
+	// copies bring back the copies sent to replicas that fell behind;
+	// sending marks the replicas (group/node) a copy is on its way to
+	// (driver goroutine).
+	copies  chan copyResult
+	sending map[string]bool
+	changes chan confRequest
+	// checkpoints brings back the checkpoints run beside the driver;
+	// checkpointing is set while one runs (driver goroutine).
+	checkpoints   chan checkpointDone
+	checkpointing bool
+}
+
+type inbound struct {
+	group string
+	m     *rpb.Message
+}
+
+// New returns a host; Run drives it.
+func New(o Options) *Host {
+	if o.Tick <= 0 {
+		o.Tick = 100 * time.Millisecond
+	}
+	if o.ElectionTicks <= 0 {
+		o.ElectionTicks = 10
+	}
+	if o.LogKeep == 0 {
+		o.LogKeep = 5000
+	}
+	if o.SyncEvery <= 0 {
+		o.SyncEvery = 500 * time.Millisecond
+	}
+	if o.InSyncLag == 0 {
+		o.InSyncLag = 1000
+	}
+	if o.SyncApplied == nil {
+		o.SyncApplied = func() {}
+	}
+	if o.Live == nil {
+		o.Live = func(string) bool { return true }
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Host{o: o, log: log, id: ID(o.NodeID), groups: map[string]*Group{},
+		inbox: make(chan inbound, 4096), wake: make(chan struct{}, 1),
+		copies: make(chan copyResult, 64), sending: map[string]bool{}, changes: make(chan confRequest, 64),
+		checkpoints: make(chan checkpointDone, 1)}
+}
+
+// Poke wakes the driver: a state machine stored entries, or a group has
+// something to propose.
+func (h *Host) Poke() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Host) changed() {
+	if f := h.o.Observer.Changed; f != nil {
+		f()
+	}
+}
+
+// Step hands a peer's message to its group; a group not open here drops
+// it (raft sends again). Any goroutine; it blocks while the inbox is full
+// and ctx lasts.
+func (h *Host) Step(ctx context.Context, group string, m *rpb.Message) error {
+	select {
+	case h.inbox <- inbound{group, m}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Group returns the group named, nil when it is not open here.
+func (h *Host) Group(name string) *Group {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.groups[name]
+}
+
+// all returns the open groups.
+func (h *Host) all() []*Group {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*Group, 0, len(h.groups))
+	for _, g := range h.groups {
+		out = append(out, g)
+	}
+	return out
+}
+
+// Open starts group name on this node, from its stored state, or, new,
+// over replicas; it returns the group open already if there is one.
+func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, error) {
+	if g := h.Group(name); g != nil {
+		return g, nil
+	}
+	st, err := h.o.Store.Load(name)
+	if err != nil {
+		return nil, err
+	}
+	ms := raft.NewMemoryStorage()
+	voters := make([]uint64, len(replicas))
+	nodes := map[uint64]string{}
+	for i, r := range replicas {
+		voters[i] = ID(r)
+		nodes[voters[i]] = r
+	}
+	applied := uint64(0)
+	fresh := st.Snapshot == nil && st.HardState == nil
+	if fresh {
+		// New: an initial state every replica shares, as if a snapshot
+		// of nothing at index 1 had been applied.
+		meta := &rpb.SnapshotMetadata{Index: proto.Uint64(1), Term: proto.Uint64(1), ConfState: &rpb.ConfState{Voters: voters}}
+		hs := &rpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(1)}
+		if err := ms.ApplySnapshot(&rpb.Snapshot{Metadata: meta}); err != nil {
+			return nil, err
+		}
+		if err := ms.SetHardState(hs); err != nil {
+			return nil, err
+		}
+		if err := h.o.Store.Save([]Write{{Group: name, HardState: hs, ConfState: meta.ConfState, Applied: 1}}, true); err != nil {
+			return nil, err
+		}
+		if err := h.o.Store.Compact(name, 1, 1); err != nil {
+			return nil, err
+		}
+		applied = 1
+	} else {
+		meta := st.Snapshot
+		if meta == nil {
+			meta = &rpb.SnapshotMetadata{Index: proto.Uint64(1), Term: proto.Uint64(1)}
+		}
+		meta.ConfState = st.ConfState
+		if meta.ConfState == nil {
+			meta.ConfState = &rpb.ConfState{Voters: voters}
+		}
+		if err := ms.ApplySnapshot(&rpb.Snapshot{Metadata: meta}); err != nil {
+			return nil, err
+		}
+		if st.HardState != nil {
+			if err := ms.SetHardState(st.HardState); err != nil {
+				return nil, err
+			}
+		}
+		if err := ms.Append(st.Entries); err != nil {
+			return nil, err
+		}
+		last, _ := ms.LastIndex()
+		if hs := st.HardState; hs != nil && hs.GetCommit() > last {
+			// Only a salvaged log lacks entries its commit names.
+			h.log.Warn("raft group's commit index is past its log; it starts from its log", "group", name, "commit", hs.GetCommit(), "last", last)
+			hs.Commit = proto.Uint64(last)
+			if err := ms.SetHardState(hs); err != nil {
+				return nil, err
+			}
+		}
+		applied = max(st.Applied, meta.GetIndex())
+		if st.HardState != nil && applied > st.HardState.GetCommit() {
+			applied = st.HardState.GetCommit()
+		}
+	}
+	recovering := h.recoveringAtOpen(st)
+	if recovering {
+		yes := true
+		if err := h.o.Store.Save([]Write{{Group: name, Recovering: &yes}}, true); err != nil {
+			return nil, err
+		}
+	}
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID: h.id, ElectionTick: h.o.ElectionTicks, HeartbeatTick: 1,
+		Storage: ms, Applied: applied, MaxSizePerMsg: 4 << 20, MaxInflightMsgs: 256,
+		CheckQuorum: true, PreVote: true, Logger: raftLogger{h.log},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("multiraft: group %s: %w", name, err)
+	}
+	g := &Group{h: h, name: name, sm: sm, rn: rn, ms: ms, replicas: replicas, nodes: nodes,
+		campaign: fresh && !recovering && len(replicas) > 0 && replicas[0] == h.o.NodeID,
+		synced:   applied}
+	g.recovering.Store(recovering)
+	h.mu.Lock()
+	if existing := h.groups[name]; existing != nil {
+		h.mu.Unlock()
+		return existing, nil
+	}
+	h.groups[name] = g
+	h.mu.Unlock()
+	if recovering {
+		if f := h.o.Observer.Recovering; f != nil {
+			f(1)
+		}
+		h.log.Warn("raft group starts recovering: it takes no part in elections until a leader has given it back every committed entry", "group", name)
+	}
+	h.Poke()
+	return g, nil
+}
+
+// Run is the driver goroutine; it returns when ctx ends.
+func (h *Host) Run(ctx context.Context) {
+	h.mu.Lock()
+	h.ctx = ctx
+	h.mu.Unlock()
+	tick := time.NewTicker(h.o.Tick)
+	defer tick.Stop()
+	sync := time.NewTicker(h.o.SyncEvery)
+	defer sync.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			for _, g := range h.all() {
+				g.rn.Tick()
+				h.progress(g)
+			}
+		case <-sync.C:
+			h.checkpoint(ctx)
+		case c := <-h.checkpoints:
+			h.checkpointed(c)
+		case r := <-h.copies:
+			h.copyDone(r)
+		case r := <-h.changes:
+			h.proposeChange(r)
+		case m := <-h.inbox:
+			h.step(m)
+			for drained := false; !drained; {
+				select {
+				case m := <-h.inbox:
+					h.step(m)
+				default:
+					drained = true
+				}
+			}
+		case <-h.wake:
+		}
+		h.transfer()
+		for _, g := range h.all() {
+			if g.campaign {
+				// The group's first replica (its creator's choice) leads a
+				// new group without waiting.
+				g.campaign = false
+				_ = g.rn.Campaign()
+			}
+			if g.wanted.Swap(false) {
+				g.sm.Propose()
+			}
+		}
+		// A Ready can leave another at once (a group of one voter commits
+		// what it just stored): go on until none is left.
+		for i := 0; i < 8 && h.ready(); i++ {
+		}
+	}
+}
+
+func (h *Host) step(in inbound) {
+	g := h.Group(in.group)
+	if g == nil {
+		return // not open here yet: raft sends again
+	}
+	m := in.m
+	if !h.screen(g, m) {
+		return
+	}
+	if m.GetType() == rpb.MessageType_MsgHeartbeat {
+		// A leader never commits past what a replica acknowledged: a
+		// heartbeat beyond this log was sent before the replica was
+		// removed and added again with an empty log. Dropped; the
+		// leader's next ones match.
+		if last, err := g.ms.LastIndex(); err == nil && m.GetCommit() > last {
+			return
+		}
+	}
+	h.lostEntries(g, m)
+	_ = g.rn.Step(m)
+	h.stepped(g, m)
+}
+
+// ready stores, sends and applies what every group has ready; it reports
+// whether there was anything.
+func (h *Host) ready() bool {
+	type item struct {
+		g             *Group
+		rd            raft.Ready
+		sent, applied bool
+	}
+	var items []item
+	var writes []Write
+	sync := false // only new entries, terms and votes need the disk now
+	for _, g := range h.all() {
+		if !g.rn.HasReady() {
+			continue
+		}
+		rd := g.rn.Ready()
+		it := item{g: g, rd: rd}
+		w := Write{Group: g.name, Entries: rd.Entries}
+		hs := rd.HardState
+		if hs != nil && !raft.IsEmptyHardState(hs) {
+			w.HardState = hs
+		}
+		// A leader's appends go out while its own log is written: the
+		// answers are read after the write, so nothing commits before the
+		// leader's disk has it too. Not so when its term or vote changed.
+		if g.leader && (w.HardState == nil || (hs.GetTerm() == g.hsTerm && hs.GetVote() == g.hsVote)) {
+			h.send(g, rd.Messages)
+			it.sent = true
+		}
+		if w.HardState != nil {
+			g.hsTerm, g.hsVote = hs.GetTerm(), hs.GetVote()
+		}
+		items = append(items, it)
+		if w.HardState != nil || len(w.Entries) > 0 {
+			writes = append(writes, w)
+			sync = sync || rd.MustSync
+		}
+	}
+	if len(items) == 0 {
+		return false
+	}
+	// Committed entries are on a majority's disks already: they are
+	// applied while the new ones are written, not after that write. Not
+	// so with a snapshot or a replica change, applied in order after it.
+	for i := range items {
+		it := &items[i]
+		if (it.rd.Snapshot == nil || raft.IsEmptySnap(it.rd.Snapshot)) && !hasConfChange(it.rd.CommittedEntries) {
+			h.apply(it.g, it.rd.CommittedEntries)
+			it.applied = true
+		}
+	}
+	if len(writes) > 0 {
+		start := time.Now()
+		err := h.o.Store.Save(writes, sync)
+		if f := h.o.Observer.LogWrite; f != nil {
+			f(time.Since(start))
+		}
+		if err != nil {
+			// Nothing may be sent or applied that is not on disk.
+			h.log.Error("raft log write failed", "err", err)
+			for _, it := range items {
+				it.g.sm.Failed(fmt.Errorf("raft log: %w", err))
+			}
+			return false
+		}
+	}
+	for _, it := range items {
+		g, rd := it.g, it.rd
+		if !it.sent {
+			h.send(g, rd.Messages)
+		}
+		if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+			h.installSnapshot(g, rd.Snapshot)
+		}
+		if len(rd.Entries) > 0 && g.leader {
+			g.sm.Persisted()
+		}
+		if len(rd.Entries) > 0 {
+			_ = g.ms.Append(rd.Entries)
+		}
+		if w := rd.HardState; w != nil && !raft.IsEmptyHardState(w) {
+			_ = g.ms.SetHardState(w)
+		}
+		if !it.applied {
+			h.apply(g, rd.CommittedEntries)
+		}
+		if rd.SoftState != nil {
+			h.softState(g, rd.SoftState)
+		}
+		g.rn.Advance(rd)
+		h.updateCaughtUp(g)
+		h.checkRecovered(g)
+	}
+	return true
+}
+
+func hasConfChange(ents []*rpb.Entry) bool {
+	for _, e := range ents {
+		if e.GetType() != rpb.EntryType_EntryNormal {
+			return true
+		}
+	}
+	return false
+}
+
+// apply hands committed entries to the state machine, and applies the
+// replica changes among them.
+func (h *Host) apply(g *Group, ents []*rpb.Entry) {
+	if len(ents) == 0 {
+		return
+	}
+	g.sm.Apply(ents)
+	for _, e := range ents {
+		if e.GetType() == rpb.EntryType_EntryConfChange && h.applyChange(g, e) {
+			return // removed: the group ends here
+		}
+	}
+}
+
+func (h *Host) softState(g *Group, ss *raft.SoftState) {
+	leader := ss.RaftState == raft.StateLeader
+	if leader == g.leader {
+		return
+	}
+	g.leader = leader
+	if leader {
+		g.leaderTerm.Store(g.rn.BasicStatus().GetTerm())
+		g.leaderSince.Store(time.Now().UnixNano())
+	}
+	g.isLeader.Store(leader)
+	if !leader {
+		g.caughtUp.Store(false)
+	}
+	g.sm.LeaderChanged(leader)
+	h.log.Info("raft leadership", "group", g.name, "leader", leader, "term", g.rn.BasicStatus().GetTerm())
+	if f := h.o.Observer.LeaderChanged; f != nil {
+		f(g.name, leader)
+	}
+	h.changed()
+}
+
+// updateCaughtUp records whether this leader stores every committed entry.
+func (h *Host) updateCaughtUp(g *Group) {
+	if !g.leader || g.caughtUp.Load() {
+		// Once caught up in its term, a leader stays so: what commits
+		// later is its own.
+		return
+	}
+	st := g.rn.BasicStatus()
+	commit := st.GetCommit()
+	term, err := g.ms.Term(commit)
+	if err == nil && term == st.GetTerm() && g.sm.Stored() >= commit {
+		g.caughtUp.Store(true)
+		h.changed()
+	}
+}
+
+// progress records which replicas are in sync with this leader, and their
+// lag.
+func (h *Host) progress(g *Group) {
+	obs := h.o.Observer
+	// Two slices in turn: no allocation per tick.
+	lagged := g.lagged
+	g.lagged, g.laggedBefore = g.laggedBefore[:0], lagged
+	if !g.leader {
+		h.mu.Lock()
+		g.inSync = nil
+		h.mu.Unlock()
+		if obs.LagGone != nil {
+			for _, node := range lagged {
+				obs.LagGone(g.name, node)
+			}
+		}
+		return
+	}
+	last, _ := g.ms.LastIndex()
+	var in []string
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		node := g.nodes[id]
+		lag := uint64(0)
+		if last > pr.Match {
+			lag = last - pr.Match
+		}
+		if id == h.id {
+			lag = 0
+		}
+		if lag <= h.o.InSyncLag && (id == h.id || pr.RecentActive) {
+			in = append(in, node)
+		}
+		if obs.Lag != nil {
+			obs.Lag(g.name, node, lag)
+		}
+		g.lagged = append(g.lagged, node)
+	})
+	// Replicas removed since the last tick lose their series.
+	if obs.LagGone != nil {
+		for _, node := range lagged {
+			if !slices.Contains(g.lagged, node) {
+				obs.LagGone(g.name, node)
+			}
+		}
+	}
+	slices.Sort(in)
+	h.mu.Lock()
+	g.inSync = in
+	h.mu.Unlock()
+}
+
+// send hands messages to the transport.
+func (h *Host) send(g *Group, msgs []*rpb.Message) {
+	for _, m := range msgs {
+		node := g.nodes[m.GetTo()]
+		if node == "" {
+			continue
+		}
+		if m.GetType() == rpb.MessageType_MsgSnap {
+			h.sendCopy(g, node, m)
+			continue
+		}
+		if g.recovering.Load() && (m.GetType() == rpb.MessageType_MsgPreVote || m.GetType() == rpb.MessageType_MsgVote) {
+			continue // asks for no votes (recovery.go)
+		}
+		if h.o.Transport == nil || !h.o.Transport.Send(node, g.name, m) {
+			g.rn.ReportUnreachable(m.GetTo())
+		}
+	}
+}
+
+// checkpoint syncs what the state machines stored so far and records the
+// applied index of each group, then compacts their logs.
+func (h *Host) checkpoint(ctx context.Context) {
+	if h.checkpointing {
+		return
+	}
+	gs := h.all()
+	if len(gs) == 0 {
+		return
+	}
+	stored := make([]uint64, len(gs))
+	var ws []Write
+	for i, g := range gs {
+		stored[i] = g.sm.Stored()
+		if stored[i] > g.synced {
+			ws = append(ws, Write{Group: g.name, Applied: stored[i]})
+		}
+	}
+	// The syncs run beside the driver: a sync of the state machines'
+	// storage takes milliseconds, and the driver's commits wait for
+	// nothing of it.
+	h.checkpointing = true
+	go func() {
+		h.o.SyncApplied()
+		var err error
+		if len(ws) > 0 {
+			err = h.o.Store.Save(ws, true)
+		}
+		select {
+		case h.checkpoints <- checkpointDone{gs: gs, stored: stored, err: err}:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+type checkpointDone struct {
+	gs     []*Group
+	stored []uint64
+	err    error
+}
+
+// checkpointed records a checkpoint and compacts; on the driver goroutine.
+func (h *Host) checkpointed(c checkpointDone) {
+	h.checkpointing = false
+	if c.err != nil {
+		h.log.Warn("recording applied raft indexes", "err", c.err)
+		return
+	}
+	for i, g := range c.gs {
+		g.synced = max(g.synced, c.stored[i])
+		h.compact(g)
+	}
+}
+
+// compact drops the entries this node applied and synced but the last
+// LogKeep, kept for a replica that comes back.
+func (h *Host) compact(g *Group) {
+	upTo, keep := g.synced, h.o.LogKeep
+	if upTo <= keep {
+		return
+	}
+	upTo -= keep
+	if upTo <= g.compacted {
+		return
+	}
+	term, err := g.ms.Term(upTo)
+	if err != nil {
+		return
+	}
+	// The point a replica behind it is sent a copy for.
+	if _, err := g.ms.CreateSnapshot(upTo, g.confState(), nil); err != nil {
+		return
+	}
+	if err := g.ms.Compact(upTo); err != nil {
+		return
+	}
+	if err := h.o.Store.Compact(g.name, upTo, term); err != nil {
+		h.log.Warn("compacting a raft log", "group", g.name, "err", err)
+		return
+	}
+	g.compacted = upTo
+}
+
+// TransferAll asks the driver to hand every group this node leads to
+// another replica that live accepts (the node is leaving).
+func (h *Host) TransferAll(live func(string) bool) {
+	h.mu.Lock()
+	h.leaving = live
+	h.mu.Unlock()
+	h.Poke()
+}
+
+// transfer hands the groups this node leads to other live replicas; on
+// the driver goroutine.
+func (h *Host) transfer() {
+	h.mu.Lock()
+	live := h.leaving
+	h.mu.Unlock()
+	if live == nil {
+		return
+	}
+	for _, g := range h.all() {
+		if !g.leader || g.rn.BasicStatus().LeadTransferee != 0 {
+			continue
+		}
+		for _, r := range g.replicas {
+			if r != h.o.NodeID && live(r) {
+				g.rn.TransferLeader(ID(r))
+				break
+			}
+		}
+	}
+}
+
+// raftLogger sends raft's log to the host's, warnings and up.
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(...any)                {}
+func (r raftLogger) Debugf(string, ...any)       {}
+func (r raftLogger) Info(...any)                 {}
+func (r raftLogger) Infof(string, ...any)        {}
+func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Error(v ...any)              { r.l.Warn(fmt.Sprint(v...), "component", "raft") }
+func (r raftLogger) Errorf(f string, v ...any)   { r.l.Warn(fmt.Sprintf(f, v...), "component", "raft") }
+func (r raftLogger) Fatal(v ...any)              { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Panic(v ...any)              { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Panicf(f string, v ...any)   { panic(fmt.Sprintf(f, v...)) }
+
+// ErrNotLeader is Propose's error on a replica that does not lead.
+var ErrNotLeader = errors.New("multiraft: not the group's leader")

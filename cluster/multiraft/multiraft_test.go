@@ -1,0 +1,579 @@
+package multiraft_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	rpb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardq/shardq/cluster/multiraft"
+	"github.com/shardq/shardq/internal/raftstore"
+	"github.com/shardq/shardq/storage/raftlog"
+)
+
+// The groups here replicate a toy state machine, a map from entry index
+// to the string proposed, over hosts joined by an in-memory network that
+// can cut links. Ticks are 5 ms and elections 10 ticks, so that a test
+// of elections runs in a fraction of a second.
+
+const (
+	tick      = 5 * time.Millisecond
+	election  = 10 * tick
+	waitLimit = 10 * time.Second
+)
+
+// net is an in-memory network between hosts: messages are delivered in
+// order per link, on a goroutine per destination, unless the link is cut.
+type net struct {
+	mu    sync.Mutex
+	hosts map[string]*node
+	cut   map[[2]string]bool
+}
+
+type envelope struct {
+	from, group string
+	m           *rpb.Message
+}
+
+func newNet() *net { return &net{hosts: map[string]*node{}, cut: map[[2]string]bool{}} }
+
+// isolate cuts a from every other node, or heals its links.
+func (n *net) isolate(a string, cut bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !cut {
+		for l := range n.cut {
+			if l[0] == a || l[1] == a {
+				delete(n.cut, l)
+			}
+		}
+		return
+	}
+	for b := range n.hosts {
+		if b != a {
+			n.cut[[2]string{a, b}], n.cut[[2]string{b, a}] = true, true
+		}
+	}
+}
+
+// transport is one host's side of the network.
+type transport struct {
+	net  *net
+	from string
+}
+
+func (t transport) Send(to, group string, m *rpb.Message) bool {
+	t.net.mu.Lock()
+	dst := t.net.hosts[to]
+	cut := t.net.cut[[2]string{t.from, to}]
+	t.net.mu.Unlock()
+	if dst == nil || cut {
+		return true // lost on the way, as on a network
+	}
+	select {
+	case dst.in <- envelope{t.from, group, proto.Clone(m).(*rpb.Message)}:
+	default: // the receiver is far behind: dropped
+	}
+	return true
+}
+
+// node is one host of a test, with its state machines by group.
+type node struct {
+	id     string
+	dir    string
+	h      *multiraft.Host
+	store  *raftlog.Store
+	in     chan envelope
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu  sync.Mutex
+	sms map[string]*toy
+}
+
+// cluster is the hosts of a test.
+type cluster struct {
+	t   *testing.T
+	net *net
+	// keep is the LogKeep of every host.
+	keep  uint64
+	nodes map[string]*node
+	// disks hold each state machine's values by raft log directory and
+	// group: what a host finds again when it starts on the same one.
+	disks map[string]*toy
+}
+
+func newCluster(t *testing.T, keep uint64, ids ...string) *cluster {
+	c := &cluster{t: t, net: newNet(), keep: keep, nodes: map[string]*node{}, disks: map[string]*toy{}}
+	for _, id := range ids {
+		c.start(id, t.TempDir())
+	}
+	t.Cleanup(func() {
+		for _, n := range c.nodes {
+			n.stop()
+		}
+	})
+	return c
+}
+
+// start runs host id on its raft log in dir.
+func (c *cluster) start(id, dir string) *node {
+	c.t.Helper()
+	store, err := raftlog.Open(raftlog.Options{Dir: dir, Salvage: true})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n := &node{id: id, dir: dir, store: store, in: make(chan envelope, 1<<14), sms: map[string]*toy{}, done: make(chan struct{})}
+	n.h = multiraft.New(multiraft.Options{NodeID: id, Store: raftstore.Store{S: store}, Transport: transport{c.net, id},
+		Tick: tick, ElectionTicks: 10, LogKeep: c.keep, SyncEvery: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() {
+		defer close(n.done)
+		n.h.Run(ctx)
+	}()
+	go func() {
+		for {
+			select {
+			case e := <-n.in:
+				_ = n.h.Step(ctx, e.group, e.m)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	c.net.mu.Lock()
+	c.net.hosts[id] = n
+	c.net.mu.Unlock()
+	c.nodes[id] = n
+	return n
+}
+
+// stop ends the host, as a crash after its last write would.
+func (n *node) stop() {
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	<-n.done
+	_ = n.store.Close()
+	n.cancel = nil
+}
+
+func (c *cluster) kill(id string) {
+	c.net.mu.Lock()
+	delete(c.net.hosts, id)
+	c.net.mu.Unlock()
+	c.nodes[id].stop()
+}
+
+// open opens group on every node named, over replicas.
+func (c *cluster) open(group string, replicas []string, on ...string) {
+	c.t.Helper()
+	for _, id := range on {
+		n := c.nodes[id]
+		sm := c.disks[n.dir+"/"+group]
+		if sm == nil {
+			sm = &toy{c: c, group: group, values: map[uint64]string{}}
+			c.disks[n.dir+"/"+group] = sm
+		}
+		sm.mu.Lock()
+		sm.node, sm.pending, sm.waiting = id, nil, nil
+		sm.mu.Unlock()
+		n.mu.Lock()
+		n.sms[group] = sm
+		n.mu.Unlock()
+		g, err := n.h.Open(group, replicas, sm)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		sm.mu.Lock()
+		sm.g = g
+		sm.mu.Unlock()
+	}
+}
+
+func (c *cluster) sm(id, group string) *toy {
+	n := c.nodes[id]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.sms[group]
+}
+
+// leader waits until one of the nodes named leads group and returns it.
+func (c *cluster) leader(group string, among ...string) string {
+	c.t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for time.Now().Before(deadline) {
+		for _, id := range among {
+			n := c.nodes[id]
+			if n == nil || n.cancel == nil {
+				continue // stopped
+			}
+			if g := n.h.Group(group); g != nil && g.IsLeader() && g.CaughtUp() {
+				return id
+			}
+		}
+		time.Sleep(tick)
+	}
+	c.t.Fatalf("no leader of %s among %v within %s", group, among, waitLimit)
+	return ""
+}
+
+// propose proposes values on the leader of group among the nodes named,
+// and waits until each is applied there; one refused by a replica that
+// no longer leads goes to the new leader.
+func (c *cluster) propose(among []string, group string, values ...string) {
+	c.t.Helper()
+	for _, v := range values {
+		for tries := 0; ; tries++ {
+			id := c.leader(group, among...)
+			sm := c.sm(id, group)
+			done := make(chan error, 1)
+			sm.mu.Lock()
+			sm.pending = append(sm.pending, pendingValue{v, done})
+			g := sm.g
+			sm.mu.Unlock()
+			g.Wake()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(waitLimit):
+				c.t.Fatalf("%q not applied on %s within %s", v, id, waitLimit)
+			}
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, multiraft.ErrNotLeader) || tries > 10 {
+				c.t.Fatalf("proposing %q on %s: %v", v, id, err)
+			}
+		}
+	}
+}
+
+// converge waits until every node named applied the same values as the
+// first, and at least want of them; it returns them in index order.
+func (c *cluster) converge(group string, want int, ids ...string) []string {
+	c.t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		first := c.sm(ids[0], group).list()
+		same := len(first) >= want
+		for _, id := range ids[1:] {
+			same = same && slices.Equal(first, c.sm(id, group).list())
+		}
+		if same {
+			return first
+		}
+		if time.Now().After(deadline) {
+			for _, id := range ids {
+				c.t.Logf("%s: %v", id, c.sm(id, group).list())
+			}
+			c.t.Fatalf("replicas of %s did not converge on %d values within %s", group, want, waitLimit)
+		}
+		time.Sleep(tick)
+	}
+}
+
+// toy is the state machine: the values of the entries applied, by index.
+type toy struct {
+	c     *cluster
+	node  string
+	group string
+
+	mu        sync.Mutex
+	g         *multiraft.Group
+	values    map[uint64]string
+	stored    uint64
+	pending   []pendingValue
+	waiting   map[string]chan error
+	leader    bool
+	removed   bool
+	installed []uint64
+}
+
+type pendingValue struct {
+	v    string
+	done chan error
+}
+
+func (s *toy) Apply(ents []*rpb.Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range ents {
+		if e.GetType() == rpb.EntryType_EntryNormal && len(e.GetData()) > 0 {
+			v := string(e.GetData())
+			s.values[e.GetIndex()] = v
+			if ch := s.waiting[v]; ch != nil {
+				ch <- nil
+				delete(s.waiting, v)
+			}
+		}
+		s.stored = max(s.stored, e.GetIndex())
+	}
+}
+
+func (s *toy) Stored() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stored
+}
+
+func (s *toy) Propose() {
+	s.mu.Lock()
+	ps := s.pending
+	s.pending = nil
+	g := s.g
+	s.mu.Unlock()
+	for _, p := range ps {
+		if err := g.Propose([]byte(p.v)); err != nil {
+			p.done <- err
+			continue
+		}
+		s.mu.Lock()
+		if s.waiting == nil {
+			s.waiting = map[string]chan error{}
+		}
+		s.waiting[p.v] = p.done
+		s.mu.Unlock()
+	}
+}
+
+func (s *toy) LeaderChanged(leader bool) {
+	s.mu.Lock()
+	s.leader = leader
+	s.mu.Unlock()
+}
+
+func (s *toy) Persisted()   {}
+func (s *toy) Failed(error) {}
+
+func (s *toy) Removed() {
+	s.mu.Lock()
+	s.removed = true
+	s.mu.Unlock()
+}
+
+// Copy gives node this replica's values as they are.
+func (s *toy) Copy(_ context.Context, node string) error {
+	dst := s.c.sm(node, s.group)
+	if dst == nil {
+		return fmt.Errorf("no replica of %s on %s", s.group, node)
+	}
+	s.mu.Lock()
+	vals, stored := maps.Clone(s.values), s.stored
+	s.mu.Unlock()
+	dst.mu.Lock()
+	dst.values, dst.stored = vals, max(dst.stored, stored)
+	dst.mu.Unlock()
+	return nil
+}
+
+func (s *toy) Installed(index uint64) {
+	s.mu.Lock()
+	s.installed = append(s.installed, index)
+	s.stored = max(s.stored, index)
+	s.mu.Unlock()
+}
+
+// list returns the values in index order.
+func (s *toy) list() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idx := slices.Sorted(maps.Keys(s.values))
+	out := make([]string, len(idx))
+	for i, x := range idx {
+		out[i] = s.values[x]
+	}
+	return out
+}
+
+func values(prefix string, n int) (out []string) {
+	for i := range n {
+		out = append(out, fmt.Sprintf("%s%d", prefix, i))
+	}
+	return out
+}
+
+var abc = []string{"a", "b", "c"}
+
+// TestElectionAndReplication: a new group elects a leader; what it
+// proposes is applied everywhere in one order.
+func TestElectionAndReplication(t *testing.T) {
+	c := newCluster(t, 100, abc...)
+	c.open("g", abc, abc...)
+	c.leader("g", abc...)
+	c.propose(abc, "g", values("v", 20)...)
+	got := c.converge("g", 20, abc...)
+	if !slices.Equal(got, values("v", 20)) {
+		t.Fatalf("applied %v", got)
+	}
+}
+
+// TestLeaderIsolated: a leader cut from its peers loses the group to
+// them within a few election timeouts; the new leader takes proposals;
+// healed, the old leader follows and has every committed value.
+func TestLeaderIsolated(t *testing.T) {
+	c := newCluster(t, 100, abc...)
+	c.open("g", abc, abc...)
+	c.leader("g", abc...)
+	c.propose(abc, "g", values("before", 5)...)
+	c.net.isolate("a", true)
+	c.propose([]string{"b", "c"}, "g", values("after", 5)...)
+	c.net.isolate("a", false)
+	got := c.converge("g", 10, abc...)
+	if !slices.Equal(got, append(values("before", 5), values("after", 5)...)) {
+		t.Fatalf("applied %v", got)
+	}
+}
+
+// TestRestart: a host that stops and starts again on its log rejoins and
+// gets what was committed meanwhile.
+func TestRestart(t *testing.T) {
+	c := newCluster(t, 100, abc...)
+	c.open("g", abc, abc...)
+	c.leader("g", abc...)
+	c.propose(abc, "g", values("one", 5)...)
+	c.converge("g", 5, abc...)
+	dir := c.nodes["c"].dir
+	c.kill("c")
+	c.propose(abc, "g", values("two", 5)...)
+	c.start("c", dir)
+	c.open("g", abc, "c")
+	c.converge("g", 10, abc...)
+}
+
+// TestCopy: a replica behind the leader's compacted log gets a copy of
+// the state machine, then the entries after it.
+func TestCopy(t *testing.T) {
+	c := newCluster(t, 10, abc...)
+	c.open("g", abc, abc...)
+	c.leader("g", abc...)
+	dir := c.nodes["c"].dir
+	c.kill("c")
+	c.propose(abc, "g", values("v", 200)...)
+	// Past LogKeep, once the leader compacted (every SyncEvery).
+	waitFor(t, "the logs compacted", func() bool {
+		return c.nodes["a"].h.Group("g").FirstIndex() > 100 && c.nodes["b"].h.Group("g").FirstIndex() > 100
+	})
+	c.propose(abc, "g", "last")
+	c.start("c", dir)
+	c.open("g", abc, "c")
+	c.converge("g", 201, abc...)
+	waitFor(t, "c installed the snapshot after its copy", func() bool {
+		s := c.sm("c", "g")
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.installed) > 0
+	})
+}
+
+// TestReplicaChange: a node added as a replica catches up; a replica
+// removed is told and its group closed there.
+func TestReplicaChange(t *testing.T) {
+	c := newCluster(t, 100, "a", "b", "c", "d")
+	c.open("g", abc, abc...)
+	c.leader("g", abc...)
+	c.propose(abc, "g", values("v", 10)...)
+	c.change(abc, "g", true, "d")
+	c.open("g", []string{"a", "b", "c", "d"}, "d")
+	c.converge("g", 10, "a", "b", "c", "d")
+	c.change([]string{"a", "b", "c", "d"}, "g", false, "c")
+	waitFor(t, "c told it is removed", func() bool {
+		s := c.sm("c", "g")
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.removed
+	})
+	if c.nodes["c"].h.Group("g") != nil {
+		t.Fatal("c still runs the group")
+	}
+	c.propose([]string{"a", "b", "d"}, "g", "after")
+	c.converge("g", 11, "a", "b", "d")
+}
+
+// TestRecoveringDoesNotVote: c, whose log is gone while it is a replica,
+// takes no part in elections: with b down, c and a node that missed the
+// last entries cannot elect a leader without them; once b is back, the
+// group elects one that has everything, and c gets it all back.
+func TestRecoveringDoesNotVote(t *testing.T) {
+	c := newCluster(t, 100, abc...)
+	c.open("g", abc, abc...)
+	c.leader("g", abc...)
+	c.propose(abc, "g", values("one", 5)...)
+	c.converge("g", 5, abc...)
+	// a misses what b and c acknowledge next.
+	c.net.isolate("a", true)
+	c.propose([]string{"b", "c"}, "g", values("two", 5)...)
+	c.converge("g", 10, "b", "c")
+	bdir := c.nodes["b"].dir
+	for _, id := range abc {
+		c.kill(id)
+	}
+	c.net.isolate("a", false)
+	// c comes back without its log: marked recovering, as the cluster
+	// does when its records name c a replica.
+	cdir := c.t.TempDir()
+	n := c.start("c", cdir)
+	if err := n.h.CheckForgotten(func() (string, bool) { return "g", true }); err != nil {
+		t.Fatal(err)
+	}
+	c.start("a", c.t.TempDir())
+	// a's log is fresh too here: what matters is that c does not vote
+	// for it. Without c's vote, a (behind) cannot win.
+	c.open("g", abc, "a", "c")
+	deadline := time.Now().Add(50 * election)
+	for time.Now().Before(deadline) {
+		if g := c.nodes["a"].h.Group("g"); g.IsLeader() {
+			t.Fatal("a, without the acknowledged entries, was elected with the vote of a recovering replica")
+		}
+		time.Sleep(tick)
+	}
+	if !c.nodes["c"].h.Group("g").Recovering() {
+		t.Fatal("c is not recovering")
+	}
+	c.start("b", bdir)
+	c.open("g", abc, "b")
+	got := c.converge("g", 10, "b", "c")
+	if !slices.Equal(got, append(values("one", 5), values("two", 5)...)) {
+		t.Fatalf("applied %v", got)
+	}
+	waitFor(t, "c recovered", func() bool { return !c.nodes["c"].h.Group("g").Recovering() })
+}
+
+// change asks the leader of group among the nodes named to add (or
+// remove) node, again until the leader applied it.
+func (c *cluster) change(among []string, group string, add bool, node string) {
+	c.t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		g := c.nodes[c.leader(group, among...)].h.Group(group)
+		g.RequestChange(add, node)
+		for end := time.Now().Add(20 * election); time.Now().Before(end); time.Sleep(tick) {
+			if slices.Contains(g.Replicas(), node) == add {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("replica change of %s (add %v) not applied within %s", node, add, waitLimit)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, waitLimit)
+		}
+		time.Sleep(tick)
+	}
+}
