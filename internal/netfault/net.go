@@ -218,7 +218,7 @@ func (n *Net) Namespace(name string) string {
 // Cmd's process is prog's). Host runs it in the test process's own
 // namespace. An unknown name makes a Cmd whose Start fails.
 func (n *Net) Command(name, prog string, args ...string) *exec.Cmd {
-	return n.command(nil, name, prog, args...)
+	return n.command(context.Background(), name, prog, args...)
 }
 
 // CommandContext is Command with a context that kills the process when
@@ -232,11 +232,9 @@ func (n *Net) command(ctx context.Context, name, prog string, args ...string) *e
 	if name != Host {
 		argv = append([]string{"ip", "netns", "exec", n.base + "-" + name}, argv...)
 	}
-	var cmd *exec.Cmd
-	if ctx != nil {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if ctx != context.Background() {
 		cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
-	} else {
-		cmd = exec.Command(argv[0], argv[1:]...)
 	}
 	if err := n.check(name); err != nil {
 		cmd.Err = err

@@ -11,11 +11,11 @@ import (
 	bdg "github.com/dgraph-io/badger/v4"
 )
 
-// Layouts of a shard, recorded under formatKey as a u32.
+// Layouts of a shard, recorded under formatKey as a u32. Layout 1,
+// formatMessages, was never recorded: one key per message, m 0 queue 0
+// partition offset, holding its record; a shard without a format is of
+// it.
 const (
-	// formatMessages, never recorded: one key per message,
-	// m 0 queue 0 partition offset, holding its record.
-	formatMessages uint32 = 1
 	// formatEntries: one entry per run of consecutive offsets of a
 	// partition written by one Write (entry.go), and the trim point.
 	formatEntries uint32 = 2

@@ -24,10 +24,11 @@ import (
 // checked against the value's end. A read checks the whole layout but only
 // the checksums of the records it returns: reading a few messages of an
 // entry does not checksum all of it.
+const entryVersion byte = 1
+
 const (
-	entryVersion   byte = 1
-	entryHeaderLen      = 1
-	recordCRCLen        = 4
+	entryHeaderLen = 1
+	recordCRCLen   = 4
 
 	// An entry ends after entryMaxMessages records, or before the record
 	// that would take its value past entryMaxBytes (a single larger record
