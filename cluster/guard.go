@@ -76,7 +76,8 @@ func (l *guardedLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch
 	// refused. A state write alone is refused before it is made.
 	if err := l.g.check(); err != nil && msg == nil {
 		if done != nil {
-			done(err)
+			// Not under the partition's lock, which Append runs under.
+			go done(err)
 		}
 		return
 	}

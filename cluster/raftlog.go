@@ -106,13 +106,15 @@ func (l *raftLog) Fence(epoch uint64) error {
 func (l *raftLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, _ bool, done func(error)) {
 	p := &proposal{log: l, epoch: epoch, msg: msg, state: state, done: done, id: l.h.nextID.Add(1), at: time.Now(),
 		early: msg != nil && l.ackLeader.Load()}
+	// A write refused at once completes on a goroutine of its own: Append
+	// runs under the partition's lock, which the completion takes.
 	if cur := l.fence.Load(); epoch < cur {
-		p.finish(&queue.FencedError{Partition: l.id, Epoch: epoch, Current: cur})
+		go p.finish(&queue.FencedError{Partition: l.id, Epoch: epoch, Current: cur})
 		return
 	}
 	r := l.h.replica(l.group)
 	if r == nil || !r.g.IsLeader() {
-		p.finish(fmt.Errorf("%w: %s: this node does not lead its replicas", queue.ErrNotOwned, l.id))
+		go p.finish(fmt.Errorf("%w: %s: this node does not lead its replicas", queue.ErrNotOwned, l.id))
 		return
 	}
 	l.h.mu.Lock()
