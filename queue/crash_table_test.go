@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/shardq/shardq/queue"
@@ -22,6 +23,16 @@ func TestQueueCrashEndsDeliveries(t *testing.T) {
 		h.subscribe("q", "c", sub{})
 		h.expect("c:a1#2")
 	})
+	t.Run("a delivery cut before any timer pass still counts", func(t *testing.T) {
+		// The delivered mark is stored before the delivery is made.
+		h := newHarness(t, nil)
+		h.mustPublish("q", kmsg("a", "a1"))
+		h.subscribe("q", "c", sub{})
+		h.expect("c:a1#1")
+		h.crashNow()
+		h.subscribe("q", "c", sub{})
+		h.expect("c:a1#2")
+	})
 	t.Run("the crash of the last allowed delivery dead-letters", func(t *testing.T) {
 		h := newHarness(t, func(o *queue.Options) { o.MaxDeliveries = 2 })
 		h.mustPublish("q", kmsg("a", "poison"))
@@ -35,14 +46,29 @@ func TestQueueCrashEndsDeliveries(t *testing.T) {
 		h.expectDeadLetters("q", deadLetter{payload: "poison", reason: queue.ReasonMaxDeliveries, id: "0-0", topic: "$queue/q", count: 2, group: "g"})
 		h.expect()
 	})
-	t.Run("a message never delivered is not counted", func(t *testing.T) {
-		h := newHarness(t, func(o *queue.Options) { o.Ordering = queue.OrderNone })
-		h.mustPublish("q", kmsg("a", "a1"), kmsg("b", "b1"))
+	t.Run("a message beyond the delivered mark is not counted", func(t *testing.T) {
+		// The mark covers MarkAhead offsets from the first delivery: those
+		// under it that were not delivered count one delivery more (and
+		// come with DUP), those beyond it none.
+		h := newHarness(t, func(o *queue.Options) { o.Ordering = queue.OrderNone; o.Prefetch = 1000 })
+		var ms []msg
+		for i := range queue.MarkAhead + 1 {
+			ms = append(ms, kmsg(fmt.Sprint("k", i), fmt.Sprint("m", i)))
+		}
+		h.mustPublish("q", ms...)
 		h.subscribe("q", "c", sub{prefetch: 1})
-		h.expect("c:a1#1")
+		h.expect("c:m0#1")
 		h.crash()
-		h.subscribe("q", "c", sub{})
-		h.expect("c:a1#2", "c:b1#1")
+		h.subscribe("q", "c", sub{prefetch: 1000})
+		counts := map[string]uint32{}
+		for _, d := range h.newDeliveries(queue.MarkAhead + 1) {
+			counts[d.payload] = d.count
+		}
+		first, beyond := "m0", fmt.Sprint("m", queue.MarkAhead)
+		if counts[first] != 2 || counts[beyond] != 1 {
+			t.Fatalf("after the crash: %s#%d, %s#%d; want %s#2 (delivered before it), %s#1 (beyond the mark)",
+				first, counts[first], beyond, counts[beyond], first, beyond)
+		}
 	})
 }
 

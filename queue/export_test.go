@@ -39,3 +39,7 @@ func WaitWritten(m *Manager) {
 		<-ch
 	}
 }
+
+// MarkAhead is how many offsets a delivered mark covers ahead of the next
+// first delivery.
+const MarkAhead = markAhead

@@ -75,6 +75,12 @@ type cursor struct {
 	// again (after a crash, a restart or a move) the unsettled offsets below
 	// it count one more ended delivery, and it starts over at the floor.
 	delivered, savedDelivered uint64
+	// mark bounds what may be delivered for the first time: every offset
+	// below it is covered by a delivered mark on disk (or committed to the
+	// partition's replicas), so that a crash, or a new leader, counts a
+	// delivery of it and redelivers it with DUP. asked is the mark last
+	// asked for, above mark while its write is on its way. See askMarkLocked.
+	mark, asked uint64
 
 	// Settlements not yet persisted (see flushStateLocked).
 	dirty      bool
@@ -121,7 +127,7 @@ func newGroup(q *Queue, name string) *group {
 
 // newCursor returns g's cursor of p at the partition's first offset.
 func newCursor(g *group, p *partition) *cursor {
-	return &cursor{g: g, p: p, floor: p.first, next: p.first, delivered: p.first, savedDelivered: p.first,
+	return &cursor{g: g, p: p, floor: p.first, next: p.first, delivered: p.first, savedDelivered: p.first, mark: p.first, asked: p.first,
 		settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}, out: map[uint64]*Lease{}}
 }
 
@@ -393,7 +399,10 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		return pd.m, pd.deliveries
 	}
 	q := c.g.q
-	for c.next < c.p.committed {
+	if c.asked == c.mark && c.next < c.p.committed && c.next+markAhead/2 >= c.mark {
+		c.askMarkLocked()
+	}
+	for c.next < min(c.p.committed, c.mark) {
 		off := c.next
 		m, known := c.messageAt(off)
 		if !known {
@@ -431,6 +440,45 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		return m, prior
 	}
 	return nil, 0
+}
+
+// markAhead is how many offsets a delivered mark covers ahead of the next
+// first delivery. A cursor asks for the next mark when half of it is
+// used, so that deliveries rarely wait for its write; a crash or a
+// failover counts one delivery more for the unsettled offsets under the
+// mark that were not delivered yet (at most markAhead per group and
+// partition), as it does for parked ones.
+const markAhead = 256
+
+// askMarkLocked writes a delivered mark markAhead offsets past the next
+// first delivery. Until it is stored (committed to the partition's
+// replicas), no offset at or above the current mark is delivered for the
+// first time. The partition's lock must be held.
+func (c *cursor) askMarkLocked() {
+	g, p := c.g, c.p
+	target := max(c.next, c.mark) + markAhead
+	c.asked = target
+	b := &Batch{Floors: []FloorWrite{{Queue: g.q.name, Group: g.name, Partition: p.index, Floor: c.floor, Delivered: target}}}
+	c.savedFloor, c.savedDelivered = c.floor, target
+	p.log.Append(p.epoch, nil, b, g.q.opts.Durability == DurabilityFsync, func(err error) {
+		// Not under the partition's lock: a log may complete at once.
+		go g.marked(p, c, target, err)
+	})
+}
+
+// marked records that the mark asked for is stored, and delivers on.
+func (g *group) marked(p *partition, c *cursor, target uint64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if g.cursors[p.index] != c {
+		return // reloaded meanwhile: the new cursor asks for its own
+	}
+	if err != nil {
+		c.asked = c.mark // asked again at the next dispatch
+		return
+	}
+	c.mark = max(c.mark, target)
+	c.dispatchLocked(g.q.m.now())
 }
 
 // expiredLocked dead-letters m when its producer's expiry has passed.
@@ -572,9 +620,11 @@ func (c *cursor) flushStateLocked(b *Batch) {
 	}
 	c.dirty = false
 	q, g, p := c.g.q.name, c.g.name, c.p.index
-	if c.floor != c.savedFloor || c.delivered != c.savedDelivered {
-		b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: c.floor, Delivered: c.delivered})
-		c.savedFloor, c.savedDelivered = c.floor, c.delivered
+	// The mark asked for may be ahead of what was delivered: it is never
+	// written back below it.
+	if delivered := max(c.delivered, c.asked); c.floor != c.savedFloor || delivered != c.savedDelivered {
+		b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: c.floor, Delivered: delivered})
+		c.savedFloor, c.savedDelivered = c.floor, delivered
 	}
 	for _, off := range c.marks {
 		if onDisk, ok := c.settled[off]; ok && !onDisk {

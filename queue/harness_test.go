@@ -109,6 +109,13 @@ func (h *harness) start() {
 func (h *harness) crash() {
 	h.t.Helper()
 	h.tick(0)
+	h.crashNow()
+}
+
+// crashNow is crash without the timer pass: what the timer would have
+// persisted next is lost.
+func (h *harness) crashNow() {
+	h.t.Helper()
 	queue.WaitWritten(h.m)
 	_ = h.store.Close()
 	h.store = h.store.Reopen()

@@ -250,6 +250,7 @@ func (c *cursor) restore(st GroupState, b *Batch) {
 		c.counts[off] = n
 	}
 	c.crashedDeliveries(b)
+	c.mark, c.asked = c.floor, c.floor
 	if c.delivered > c.floor {
 		// Counted: from now on the mark covers deliveries made since.
 		c.delivered = c.floor
