@@ -5,10 +5,13 @@
 package devetcd
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -35,8 +38,20 @@ type Options struct {
 	Fsync bool
 }
 
-// Start starts the server and waits until it serves.
+// Start starts the server and waits until it serves. A port picked free
+// may be taken by another process before etcd binds it: then it tries
+// again with other ports, a few times.
 func Start(o Options) (*Server, error) {
+	for try := 1; ; try++ {
+		s, err := start(o)
+		taken := errors.Is(err, syscall.EADDRINUSE) || err != nil && strings.Contains(err.Error(), "address already in use")
+		if err == nil || !taken || try == 5 {
+			return s, err
+		}
+	}
+}
+
+func start(o Options) (*Server, error) {
 	host := o.Host
 	if host == "" {
 		host = "127.0.0.1"
