@@ -116,7 +116,7 @@ type nemesisConfig struct {
 
 func nemesisSettings(t *testing.T) nemesisConfig {
 	cfg := nemesisConfig{duration: 70 * time.Second, cycle: 70 * time.Second, faults: 9, rate: 240, keys: 32,
-		recovery: 30 * time.Second, seed: uint64(time.Now().UnixNano()),
+		recovery: 20 * time.Second, seed: uint64(time.Now().UnixNano()),
 		report: os.Getenv("SHARDQ_CHAOS_REPORT"), command: os.Getenv("SHARDQ_CHAOS_COMMAND")}
 	if s := os.Getenv("SHARDQ_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -162,8 +162,8 @@ type nemesis struct {
 	recovery time.Duration
 	// broken: the cluster did not recover from a fault; no more faults.
 	broken bool
-	// repair: a cluster that did not recover is restarted, node by node,
-	// and the faults go on (long runs).
+	// repair: once a cluster that did not recover was restarted, node
+	// by node, the faults go on (long runs).
 	repair bool
 }
 
@@ -359,10 +359,14 @@ func (n *nemesis) apply(k faultKind) *fault {
 		n.dumpGoroutines(fmt.Sprintf("fault%d", f.N))
 		f.Err = fmt.Sprintf("not recovered %s after the heal: %v", n.recovery, err)
 		n.t.Errorf("fault %d (%s %s): %s", f.N, f.Kind, f.Target, f.Err)
-		if !n.repair || n.restartAll() != nil {
+		// Repaired, so that the drain judges what was stored, not what
+		// a stuck node holds; only long runs go on after it.
+		if err := n.restartAll(); err != nil {
 			n.broken = true
+			f.Err += "; not recovered from a restart of every node either: " + err.Error()
 		} else {
-			f.Err += " (repaired: every node restarted in turn)"
+			f.Err += " (repaired: every node restarted)"
+			n.broken = !n.repair
 		}
 		return f
 	}
@@ -373,9 +377,9 @@ func (n *nemesis) apply(k faultKind) *fault {
 	return f
 }
 
-// restartAll kills and restarts every node in turn, each time waiting
-// for the cluster to recover: what an operator does with a cluster that
-// did not recover by itself, so that a long run goes on.
+// restartAll kills and restarts every node in turn, each once the one
+// before is ready, then waits for the cluster to recover: what an
+// operator does with a cluster that did not recover by itself.
 func (n *nemesis) restartAll() error {
 	for _, id := range n.nodes {
 		n.t.Logf("restarting %s (kill -9) to repair the cluster", id)
@@ -384,10 +388,14 @@ func (n *nemesis) restartAll() error {
 		nd.kill()
 		nd.launch(n.t, n.c, nil)
 		n.w.uncut()
-		if err := n.recovered(time.Now(), n.recovery); err != nil {
-			n.t.Errorf("the cluster did not recover from a restart of %s: %v", id, err)
-			return err
+		for deadline := time.Now().Add(n.recovery); !nd.ready(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("node %s not ready %s after its restart:\n%s", id, n.recovery, nd.logTail())
+			}
 		}
+	}
+	if err := n.recovered(time.Now(), n.recovery); err != nil {
+		return err
 	}
 	n.w.rehome()
 	return nil
@@ -442,11 +450,12 @@ func (n *nemesis) finish(w *workload, faults []*fault) (hist.History, hist.Repor
 		n.t.Error(err)
 	}
 	w.uncut()
-	if !n.broken {
-		if err := n.recovered(time.Now(), n.recovery); err != nil {
+	if err := n.recovered(time.Now(), n.recovery); err != nil {
+		n.dumpGoroutines("end")
+		n.t.Errorf("not recovered %s after the last heal: %v", n.recovery, err)
+		if err := n.restartAll(); err != nil {
 			n.broken = true
-			n.dumpGoroutines("end")
-			n.t.Errorf("not recovered %s after the last heal: %v", n.recovery, err)
+			n.t.Errorf("not recovered from a restart of every node either: %v", err)
 		}
 	}
 	w.stopProducers()

@@ -91,6 +91,27 @@ type chaosReport struct {
 	violations []string
 	earlier    int // deliveries of an earlier cycle's messages
 	ackedAgain int // redeliveries of a stored message its consumer had acked
+	// deadAfterAck counts the messages dead-lettered although a consumer
+	// of the group had acknowledged them.
+	deadAfterAck int
+}
+
+// deadAfterAck counts the messages delivered from the dead-letter queue
+// that a consumer had acknowledged from the queue before.
+func deadAfterAck(h hist.History) int {
+	acked := map[string]bool{}
+	for _, s := range h.Settlements {
+		if s.Outcome == hist.Ack && !s.DLQ {
+			acked[s.ID] = true
+		}
+	}
+	dead := map[string]bool{}
+	for _, d := range h.Deliveries {
+		if d.DLQ && acked[d.ID] {
+			dead[d.ID] = true
+		}
+	}
+	return len(dead)
 }
 
 // ackedAgain counts the redeliveries of a stored message (one msg-id)
@@ -129,6 +150,7 @@ func newChaosReport(cfg nemesisConfig) *chaosReport {
 func (r *chaosReport) add(cycle int, faults []*fault, h hist.History, rep hist.Report, w *workload) {
 	r.cycles++
 	r.ackedAgain += ackedAgain(h)
+	r.deadAfterAck += deadAfterAck(h)
 	r.faults = append(r.faults, faults...)
 	w.mu.Lock()
 	r.earlier += w.earlier
@@ -206,7 +228,7 @@ func (r *chaosReport) markdown() string {
 		{"publish attempts", fmt.Sprintf("%d (refused %d, outcome unknown %d)", s.Publishes, s.Refused, s.Unknown)},
 		{"acknowledged", fmt.Sprint(s.Acknowledged)},
 		{"delivered", fmt.Sprintf("%d (%d deliveries, %d redeliveries)", s.Delivered, s.Deliveries, s.Redeliveries)},
-		{"dead-lettered", fmt.Sprint(s.DeadLettered)},
+		{"dead-lettered", fmt.Sprintf("%d (%d of them acknowledged by a consumer before)", s.DeadLettered, r.deadAfterAck)},
 		{"lost", fmt.Sprint(s.Lost)},
 		{"duplicates without a cause", fmt.Sprint(s.Duplicates)},
 		{"duplicates explained, by cause", causes},
