@@ -147,7 +147,9 @@ func (h *raftHost) Send(node, group string, m *rpb.Message) bool {
 type replica struct {
 	h  *raftHost
 	id queue.PartitionID
-	g  *multiraft.Group
+	g  *multiraft.Group // set by Bind
+	// open: its group is open (guarded by raftHost.mu).
+	open bool
 
 	// Guarded by raftHost.mu.
 	pending  []*proposal
@@ -216,24 +218,26 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*replic
 	}
 	h.replicas[name] = r
 	h.mu.Unlock()
-	g, err := h.mr.Open(name, replicas, r)
-	if err != nil {
+	if _, err := h.mr.Open(name, replicas, r); err != nil {
 		h.mu.Lock()
 		delete(h.replicas, name)
 		h.mu.Unlock()
 		return nil, fmt.Errorf("cluster: raft group %s: %w", name, err)
 	}
 	h.mu.Lock()
-	r.g = g
+	r.open = true
 	h.mu.Unlock()
 	return r, nil
 }
+
+// Bind records the replica's group (multiraft, before the group runs).
+func (r *replica) Bind(g *multiraft.Group) { r.g = g }
 
 // replica returns the replica of the group named, nil when none here.
 func (h *raftHost) replica(name string) *replica {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if r := h.replicas[name]; r != nil && r.g != nil {
+	if r := h.replicas[name]; r != nil && r.open {
 		return r
 	}
 	return nil
@@ -244,7 +248,7 @@ func (h *raftHost) all() []*replica {
 	defer h.mu.Unlock()
 	out := make([]*replica, 0, len(h.replicas))
 	for _, r := range h.replicas {
-		if r.g != nil {
+		if r.open {
 			out = append(out, r)
 		}
 	}
@@ -435,7 +439,7 @@ func (r *replica) storedOne(index uint64) {
 	}
 	r.advanceStoredLocked()
 	r.h.mu.Unlock()
-	r.h.mr.Poke()
+	r.g.Poke()
 }
 
 // advanceStoredLocked moves stored past the entries wholly stored.

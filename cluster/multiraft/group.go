@@ -43,8 +43,9 @@ type Group struct {
 	// Guarded by Host.mu.
 	inSync []string
 
-	// wanted: the state machine has something to propose.
-	wanted atomic.Bool
+	// wanted: the state machine has something to propose; onList: the
+	// group is on the host's woken list.
+	wanted, onList atomic.Bool
 	// caughtUp: leader, and every entry committed before its term is
 	// stored by the state machine.
 	caughtUp atomic.Bool
@@ -100,8 +101,12 @@ func (g *Group) InSync() ([]string, bool) {
 // goroutine.
 func (g *Group) Wake() {
 	g.wanted.Store(true)
-	g.h.Poke()
+	g.h.woke(g)
 }
+
+// Poke asks the driver to look at the group again: its state machine
+// stored entries (Stored moved). Any goroutine.
+func (g *Group) Poke() { g.h.woke(g) }
 
 // Propose proposes data as one entry; on the driver goroutine (in the
 // state machine's Propose).
@@ -172,6 +177,7 @@ func (h *Host) sendCopy(g *Group, node string, m *rpb.Message) {
 // it went; on the driver goroutine.
 func (h *Host) copyDone(r copyResult) {
 	delete(h.sending, r.g.name+"/"+r.node)
+	h.dirty[r.g] = true
 	to := r.m.GetTo()
 	if r.err != nil {
 		h.log.Warn("copy for a replica behind failed", "group", r.g.name, "replica", r.node, "err", r.err)
@@ -246,6 +252,7 @@ func (h *Host) proposeChange(r confRequest) {
 	if !g.leader || g.rn.BasicStatus().LeadTransferee != 0 {
 		return
 	}
+	h.dirty[g] = true
 	if r.to != nil {
 		for _, node := range g.replicas {
 			if node != h.o.NodeID && r.to(node) {
@@ -281,6 +288,7 @@ func (h *Host) applyChange(g *Group, e *rpb.Entry) bool {
 		h.mu.Lock()
 		delete(h.groups, g.name)
 		h.mu.Unlock()
+		delete(h.dirty, g)
 		g.isLeader.Store(false)
 		g.caughtUp.Store(false)
 		if g.recovering.Swap(false) {

@@ -69,6 +69,8 @@ type Transport interface {
 // StateMachine is what a group replicates into. The host calls it on its
 // driver goroutine, but Copy and Stored.
 type StateMachine interface {
+	// Bind gives the state machine its group, before the host runs it.
+	Bind(g *Group)
 	// Apply applies committed entries, in order, of every type: normal
 	// ones with data are the state machine's, the others only move the
 	// index on. It may store them asynchronously; Stored reports how far.
@@ -175,6 +177,13 @@ type Host struct {
 	// checkpointing is set while one runs (driver goroutine).
 	checkpoints   chan checkpointDone
 	checkpointing bool
+	// woken are the groups a state machine woke (Group.Wake, Group.Poke)
+	// since the driver last looked; guarded by mu. dirty are the groups
+	// the driver looks at next: stepped, ticked, woken, or with a Ready
+	// left (driver goroutine). Looking at every group on every message
+	// took most of an idle node's time with thousands of groups.
+	woken []*Group
+	dirty map[*Group]bool
 }
 
 type inbound struct {
@@ -212,16 +221,26 @@ func New(o Options) *Host {
 	return &Host{o: o, log: log, id: ID(o.NodeID), groups: map[string]*Group{},
 		inbox: make(chan inbound, 4096), wake: make(chan struct{}, 1),
 		copies: make(chan copyResult, 64), sending: map[string]bool{}, changes: make(chan confRequest, 64),
-		checkpoints: make(chan checkpointDone, 1)}
+		checkpoints: make(chan checkpointDone, 1), dirty: map[*Group]bool{}}
 }
 
-// Poke wakes the driver: a state machine stored entries, or a group has
-// something to propose.
+// Poke wakes the driver.
 func (h *Host) Poke() {
 	select {
 	case h.wake <- struct{}{}:
 	default:
 	}
+}
+
+// woke puts g on the list the driver looks at next.
+func (h *Host) woke(g *Group) {
+	if g.onList.Swap(true) {
+		return
+	}
+	h.mu.Lock()
+	h.woken = append(h.woken, g)
+	h.mu.Unlock()
+	h.Poke()
 }
 
 func (h *Host) changed() {
@@ -350,6 +369,7 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		campaign: fresh && !recovering && len(replicas) > 0 && replicas[0] == h.o.NodeID,
 		synced:   applied}
 	g.recovering.Store(recovering)
+	sm.Bind(g)
 	h.mu.Lock()
 	if existing := h.groups[name]; existing != nil {
 		h.mu.Unlock()
@@ -363,7 +383,7 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		}
 		h.log.Warn("raft group starts recovering: it takes no part in elections until a leader has given it back every committed entry", "group", name)
 	}
-	h.Poke()
+	h.woke(g)
 	return g, nil
 }
 
@@ -384,6 +404,7 @@ func (h *Host) Run(ctx context.Context) {
 			for _, g := range h.all() {
 				g.rn.Tick()
 				h.progress(g)
+				h.dirty[g] = true
 			}
 		case <-sync.C:
 			h.checkpoint(ctx)
@@ -406,7 +427,15 @@ func (h *Host) Run(ctx context.Context) {
 		case <-h.wake:
 		}
 		h.transfer()
-		for _, g := range h.all() {
+		h.mu.Lock()
+		woken := h.woken
+		h.woken = nil
+		h.mu.Unlock()
+		for _, g := range woken {
+			g.onList.Store(false)
+			h.dirty[g] = true
+		}
+		for g := range h.dirty {
 			if g.campaign {
 				// The group's first replica (its creator's choice) leads a
 				// new group without waiting.
@@ -420,6 +449,13 @@ func (h *Host) Run(ctx context.Context) {
 		// A Ready can leave another at once (a group of one voter commits
 		// what it just stored): go on until none is left.
 		for i := 0; i < 8 && h.ready(); i++ {
+		}
+		for g := range h.dirty {
+			// The state machine may have stored more since its last Ready.
+			h.updateCaughtUp(g)
+			if !g.rn.HasReady() {
+				delete(h.dirty, g)
+			}
 		}
 	}
 }
@@ -445,6 +481,7 @@ func (h *Host) step(in inbound) {
 	h.lostEntries(g, m)
 	_ = g.rn.Step(m)
 	h.stepped(g, m)
+	h.dirty[g] = true
 }
 
 // ready stores, sends and applies what every group has ready; it reports
@@ -458,7 +495,7 @@ func (h *Host) ready() bool {
 	var items []item
 	var writes []Write
 	sync := false // only new entries, terms and votes need the disk now
-	for _, g := range h.all() {
+	for g := range h.dirty {
 		if !g.rn.HasReady() {
 			continue
 		}
@@ -783,6 +820,7 @@ func (h *Host) transfer() {
 		for _, r := range g.replicas {
 			if r != h.o.NodeID && live(r) {
 				g.rn.TransferLeader(ID(r))
+				h.dirty[g] = true
 				break
 			}
 		}

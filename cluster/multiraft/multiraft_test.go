@@ -190,13 +190,9 @@ func (c *cluster) open(group string, replicas []string, on ...string) {
 		n.mu.Lock()
 		n.sms[group] = sm
 		n.mu.Unlock()
-		g, err := n.h.Open(group, replicas, sm)
-		if err != nil {
+		if _, err := n.h.Open(group, replicas, sm); err != nil {
 			c.t.Fatal(err)
 		}
-		sm.mu.Lock()
-		sm.g = g
-		sm.mu.Unlock()
 	}
 }
 
@@ -302,6 +298,12 @@ type toy struct {
 type pendingValue struct {
 	v    string
 	done chan error
+}
+
+func (s *toy) Bind(g *multiraft.Group) {
+	s.mu.Lock()
+	s.g = g
+	s.mu.Unlock()
 }
 
 func (s *toy) Apply(ents []*rpb.Entry) {
