@@ -253,7 +253,7 @@ func (rs *remoteSub) settle(l queue.LeaseRef, op pb.SettleOp) error {
 	}
 	p, err := rs.n.peer(owner)
 	if err != nil {
-		return &linkError{unavailable(l.Partition, owner, err)}
+		return &unknownOutcome{unavailable(l.Partition, owner, err)}
 	}
 	if op == pb.SettleOp_RECEIVED || !rs.o.Explicit {
 		// A PUBACK's settlement: nobody waits for its outcome.
@@ -264,7 +264,7 @@ func (rs *remoteSub) settle(l queue.LeaseRef, op pb.SettleOp) error {
 	defer cancel()
 	resp, err := p.client.Settle(ctx, &pb.SettleRequest{Lease: toPBLease(l), Op: op})
 	if err != nil {
-		return &linkError{unavailable(l.Partition, owner, err)}
+		return &unknownOutcome{unavailable(l.Partition, owner, err)}
 	}
 	return fromResult(resp.Result)
 }

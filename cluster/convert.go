@@ -150,6 +150,9 @@ func toResult(seq uint64, err error) *pb.Result {
 	if err == nil {
 		return &pb.Result{Seq: seq}
 	}
+	if _, ok := errors.AsType[*unknownOutcome](err); ok {
+		return &pb.Result{Seq: seq, Code: pb.Code_UNKNOWN_OUTCOME, Error: err.Error()}
+	}
 	for _, c := range codes {
 		if errors.Is(err, c.err) {
 			return &pb.Result{Seq: seq, Code: c.code, Error: err.Error()}
@@ -180,6 +183,9 @@ func (e *remoteError) Is(target error) bool {
 func fromResult(r *pb.Result) error {
 	if r == nil || r.Code == pb.Code_OK {
 		return nil
+	}
+	if r.Code == pb.Code_UNKNOWN_OUTCOME {
+		return &unknownOutcome{&remoteError{code: pb.Code_NOT_OWNED, msg: r.Error}}
 	}
 	return &remoteError{code: r.Code, msg: r.Error}
 }

@@ -26,7 +26,7 @@
 // What a publish or settlement meets on its way maps to queue's errors
 // (one table, convert.go): a partition not served where it was sent is
 // queue.ErrNotOwned (0x83 to an MQTT client), its outcome unknown when a
-// link broke with it in flight (linkError: never sent twice).
+// link broke with it in flight (unknownOutcome: never sent twice).
 //
 // # Goroutines
 //

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -560,6 +561,31 @@ func (l *ledger) check(t testing.TB, got []arrival) {
 	}
 	if lost > 0 {
 		t.Errorf("%d of %d acknowledged messages lost (codes %v)", lost, len(l.acked), l.codes)
+	}
+	// A message published once and acknowledged is stored once: it
+	// arrives under one msg-id however often it is redelivered.
+	ids := map[string]map[string]bool{}
+	for _, a := range got {
+		p := string(a.p.Payload)
+		if !l.acked[p] || a.p.Properties == nil {
+			continue
+		}
+		if ids[p] == nil {
+			ids[p] = map[string]bool{}
+		}
+		ids[p][a.p.Properties.User.Get("msg-id")] = true
+	}
+	twice := 0
+	for p, set := range ids {
+		if len(set) > 1 {
+			twice++
+			if twice <= 5 {
+				t.Errorf("message %s, published once and acknowledged, stored at msg-ids %v", p, slices.Sorted(maps.Keys(set)))
+			}
+		}
+	}
+	if twice > 0 {
+		t.Errorf("%d acknowledged messages stored twice", twice)
 	}
 }
 

@@ -218,7 +218,7 @@ func (f *forwarder) receive() {
 
 // fail ends the stream, and the next publish opens a new one. A publish
 // not yet sent is routed again; one sent and not answered fails with a
-// *linkError (0x83): the owner may have stored it, so it is not sent
+// *unknownOutcome (0x83): the owner may have stored it, so it is not sent
 // twice.
 func (f *forwarder) fail(cause error) {
 	f.mu.Lock()
@@ -278,14 +278,14 @@ func (f *forwarder) unsentLocked() map[uint64]bool {
 }
 
 // answer completes publishes that got no answer: those never sent with an
-// error that routes them again, the others with a *linkError.
+// error that routes them again, the others with a *unknownOutcome.
 func (f *forwarder) answer(pending map[uint64]pendingPublish, unsent map[uint64]bool, cause error) {
 	m := f.p.n.Metrics()
 	for seq, pp := range pending {
 		m.forwards.WithLabelValues("broken").Inc()
 		err := unavailable(pp.id, f.p.id, cause)
 		if !unsent[seq] {
-			err = &linkError{err}
+			err = &unknownOutcome{err}
 		}
 		pp.done(err)
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -509,21 +510,33 @@ func cmpID(a, b *proposal) int {
 	return 1
 }
 
-// failAll fails every write waiting for this replica's group.
+// failAll fails every write waiting for this replica's group: those not
+// yet proposed with err (they are routed again), those proposed with an
+// *unknownOutcome, since a new leader may still commit their entry.
 func (r *replica) failAll(err error) {
 	h := r.h
 	h.mu.Lock()
 	ps := r.pending
 	r.pending = nil
+	proposed := make([]*proposal, 0, len(r.inflight))
 	for _, p := range r.inflight {
-		ps = append(ps, p)
+		proposed = append(proposed, p)
 	}
 	clear(r.inflight)
 	// Entries of this node committed later are decoded as anyone's.
 	clear(r.proposed)
 	h.mu.Unlock()
-	slices.SortFunc(ps, cmpID)
+	slices.SortFunc(proposed, cmpID)
 	h.fail(ps, err)
+	h.fail(proposed, unknown(err))
+}
+
+// unknown marks err as the failure of a write whose fate is unknown.
+func unknown(err error) error {
+	if _, ok := errors.AsType[*unknownOutcome](err); ok || !errors.Is(err, queue.ErrNotOwned) {
+		return err
+	}
+	return &unknownOutcome{err}
 }
 
 func (h *raftHost) fail(ps []*proposal, err error) {
@@ -546,7 +559,7 @@ func (h *raftHost) expire() {
 		}
 		h.mu.Unlock()
 		slices.SortFunc(late, cmpID)
-		h.fail(late, fmt.Errorf("%w: %s: not committed within %s", queue.ErrNotOwned, groupName(r.id), raftProposalTimeout))
+		h.fail(late, unknown(fmt.Errorf("%w: %s: not committed within %s", queue.ErrNotOwned, groupName(r.id), raftProposalTimeout)))
 	}
 }
 

@@ -26,12 +26,15 @@ func notServed(id queue.PartitionID) error {
 	return fmt.Errorf("%w: %s has no reachable owner", queue.ErrNotOwned, id)
 }
 
-// linkError is a call that did not reach its node: its outcome is
-// unknown, so it is not tried again; errors.Is finds ErrNotOwned.
-type linkError struct{ err error }
+// unknownOutcome is a write whose fate is unknown: sent on a link that
+// broke before its answer came, or proposed to the replicas of a group
+// this node stopped leading before it knew whether it was committed. It
+// may be stored, so it is never tried again; errors.Is finds ErrNotOwned
+// (0x83 to a producer).
+type unknownOutcome struct{ err error }
 
-func (e *linkError) Error() string        { return e.err.Error() }
-func (e *linkError) Is(target error) bool { return target == queue.ErrNotOwned }
+func (e *unknownOutcome) Error() string        { return e.err.Error() }
+func (e *unknownOutcome) Is(target error) bool { return target == queue.ErrNotOwned }
 
 // open returns the named queue (or dead-letter queue), recording it in
 // the cluster's catalog first when it is new.
@@ -105,7 +108,7 @@ func (n *Node) Publish(ctx context.Context, name string, msg *queue.Message, don
 
 func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Message, done func(error), deadline time.Time) {
 	retry := func(err error) bool {
-		var le *linkError
+		var le *unknownOutcome
 		if !errors.Is(err, queue.ErrNotOwned) || errors.As(err, &le) || time.Now().After(deadline) {
 			return false
 		}
@@ -133,7 +136,7 @@ func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Messa
 			})
 			return
 		case !errors.Is(err, errNotMember):
-			done(&linkError{unavailable(id, owner, err)})
+			done(&unknownOutcome{unavailable(id, owner, err)})
 			return
 		case n.replicationFactor(id.Queue) <= 1:
 			// Its owner is down: with one replica, nobody else has its

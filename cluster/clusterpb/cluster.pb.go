@@ -42,6 +42,10 @@ const (
 	Code_CLOSED         Code = 10
 	Code_BAD_PARTITIONS Code = 11
 	Code_OTHER          Code = 12
+	// The write was proposed to the partition's replicas, and this node
+	// stopped leading them before it knew whether it was committed: it may
+	// be stored. Never sent again (0x83 to the producer).
+	Code_UNKNOWN_OUTCOME Code = 13
 )
 
 // Enum value maps for Code.
@@ -60,21 +64,23 @@ var (
 		10: "CLOSED",
 		11: "BAD_PARTITIONS",
 		12: "OTHER",
+		13: "UNKNOWN_OUTCOME",
 	}
 	Code_value = map[string]int32{
-		"OK":             0,
-		"NOT_OWNED":      1,
-		"FENCED":         2,
-		"QUEUE_FULL":     3,
-		"TOO_LARGE":      4,
-		"STORAGE_FULL":   5,
-		"STORAGE":        6,
-		"NO_SUCH_QUEUE":  7,
-		"INVALID_TOPIC":  8,
-		"NOT_LEASED":     9,
-		"CLOSED":         10,
-		"BAD_PARTITIONS": 11,
-		"OTHER":          12,
+		"OK":              0,
+		"NOT_OWNED":       1,
+		"FENCED":          2,
+		"QUEUE_FULL":      3,
+		"TOO_LARGE":       4,
+		"STORAGE_FULL":    5,
+		"STORAGE":         6,
+		"NO_SUCH_QUEUE":   7,
+		"INVALID_TOPIC":   8,
+		"NOT_LEASED":      9,
+		"CLOSED":          10,
+		"BAD_PARTITIONS":  11,
+		"OTHER":           12,
+		"UNKNOWN_OUTCOME": 13,
 	}
 )
 
@@ -2675,7 +2681,7 @@ const file_cluster_proto_rawDesc = "" +
 	" \x03(\v2\x1c.shardq.cluster.v1.DedupMarkR\x06dedups\x12\x14\n" +
 	"\x05erase\x18\v \x01(\bR\x05eraseJ\x04\b\f\x10\r\"F\n" +
 	"\tRaftEntry\x123\n" +
-	"\x06writes\x18\x02 \x03(\v2\x1b.shardq.cluster.v1.LogWriteR\x06writesJ\x04\b\x01\x10\x02*\xc8\x01\n" +
+	"\x06writes\x18\x02 \x03(\v2\x1b.shardq.cluster.v1.LogWriteR\x06writesJ\x04\b\x01\x10\x02*\xdd\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tNOT_OWNED\x10\x01\x12\n" +
@@ -2694,7 +2700,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06CLOSED\x10\n" +
 	"\x12\x12\n" +
 	"\x0eBAD_PARTITIONS\x10\v\x12\t\n" +
-	"\x05OTHER\x10\f*C\n" +
+	"\x05OTHER\x10\f\x12\x13\n" +
+	"\x0fUNKNOWN_OUTCOME\x10\r*C\n" +
 	"\bSettleOp\x12\a\n" +
 	"\x03ACK\x10\x00\x12\b\n" +
 	"\x04NACK\x10\x01\x12\n" +
