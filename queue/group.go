@@ -448,7 +448,7 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 // failover counts one delivery more for the unsettled offsets under the
 // mark that were not delivered yet (at most markAhead per group and
 // partition), as it does for parked ones.
-const markAhead = 256
+const markAhead = 64
 
 // askMarkLocked writes a delivered mark markAhead offsets past the next
 // first delivery. Until it is stored (committed to the partition's
