@@ -1,8 +1,10 @@
 package queue_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/shardq/shardq/queue"
 )
@@ -83,5 +85,25 @@ func TestQueueRestartsWithoutDeliveriesCountNothing(t *testing.T) {
 	h.crash() // nothing was delivered
 	h.crash()
 	h.subscribe("q", "c", sub{})
+	h.expect("c:a1#2")
+}
+
+// A cursor that delivered nothing for longer than a stored mark lasts (a
+// node paused, or cut off from its replicas) delivers nothing, not even a
+// lease that expired meanwhile, until it stored a new mark: a node that
+// lost its partition cannot, and so never leases a message another node
+// leases too.
+func TestQueueDeliversOnlyUnderAFreshMark(t *testing.T) {
+	h := newHarness(t, func(o *queue.Options) { o.AckTimeout = time.Second })
+	h.mustPublish("q", kmsg("a", "a1"))
+	h.subscribe("q", "c", sub{})
+	h.expect("c:a1#1")
+	h.store.FailWrites(errors.New("not the leader any more"))
+	h.tick(2 * time.Second) // the lease expires, the mark is stale
+	if got := h.newDeliveries(1); len(got) != 0 {
+		t.Fatalf("delivered %v with no fresh mark stored", got)
+	}
+	h.store.FailWrites(nil)
+	h.tick(0)
 	h.expect("c:a1#2")
 }

@@ -78,9 +78,14 @@ type cursor struct {
 	// mark bounds what may be delivered for the first time: every offset
 	// below it is covered by a delivered mark on disk (or committed to the
 	// partition's replicas), so that a crash, or a new leader, counts a
-	// delivery of it and redelivers it with DUP. asked is the mark last
-	// asked for, above mark while its write is on its way. See askMarkLocked.
+	// delivery of it and redelivers it with DUP. asked is the highest
+	// mark asked for; asking is set while a mark's write is on its way.
+	// freshUntil bounds when the cursor may deliver at all: a stored mark
+	// proves, when it was asked for, that this node still served the
+	// partition (in a cluster: led its replicas). See askMarkLocked.
 	mark, asked uint64
+	asking      bool
+	freshUntil  time.Time
 
 	// Settlements not yet persisted (see flushStateLocked).
 	dirty      bool
@@ -387,6 +392,9 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, 
 // nextLocked returns the cursor's next deliverable message and how many of
 // its deliveries already ended, or nil.
 func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
+	if !now.Before(c.freshUntil) {
+		return c.staleLocked(now)
+	}
 	for c.ready.Len() > 0 {
 		pd := heap.Pop(&c.ready).(*pending)
 		if c.isSettled(pd.m.Offset) {
@@ -399,8 +407,8 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		return pd.m, pd.deliveries
 	}
 	q := c.g.q
-	if c.asked == c.mark && c.next < c.p.committed && c.next+markAhead/2 >= c.mark {
-		c.askMarkLocked()
+	if !c.asking && c.next < c.p.committed && c.next+markAhead/2 >= c.mark {
+		c.askMarkLocked(now)
 	}
 	for c.next < min(c.p.committed, c.mark) {
 		off := c.next
@@ -442,6 +450,24 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 	return nil, 0
 }
 
+// staleLocked asks for a mark when none is on its way; the cursor
+// delivers nothing, not even a redelivery, until it is stored: a node that
+// was paused may have lost the partition meanwhile. The partition's lock
+// must be held.
+func (c *cursor) staleLocked(now time.Time) (*Message, uint32) {
+	if !c.asking {
+		c.askMarkLocked(now)
+	}
+	return nil, 0
+}
+
+// markFresh is how long after it was asked for a stored mark lets a cursor
+// deliver. It is shorter than a cluster's election timeout (1 s): a
+// leader that was paused, or cut off, longer than that delivers nothing
+// more until a new mark is stored, which it cannot do once another replica
+// leads, so two nodes never hold leases on one message.
+const markFresh = 500 * time.Millisecond
+
 // markAhead is how many offsets a delivered mark covers ahead of the next
 // first delivery. A cursor asks for the next mark when half of it is
 // used, so that deliveries rarely wait for its write; a crash or a
@@ -454,30 +480,32 @@ const markAhead = 64
 // first delivery. Until it is stored (committed to the partition's
 // replicas), no offset at or above the current mark is delivered for the
 // first time. The partition's lock must be held.
-func (c *cursor) askMarkLocked() {
+func (c *cursor) askMarkLocked(now time.Time) {
 	g, p := c.g, c.p
-	target := max(c.next, c.mark) + markAhead
-	c.asked = target
-	b := &Batch{Floors: []FloorWrite{{Queue: g.q.name, Group: g.name, Partition: p.index, Floor: c.floor, Delivered: target}}}
-	c.savedFloor, c.savedDelivered = c.floor, target
+	target := max(c.next+markAhead, c.mark)
+	c.asked, c.asking = max(c.asked, target), true
+	b := &Batch{Floors: []FloorWrite{{Queue: g.q.name, Group: g.name, Partition: p.index, Floor: c.floor, Delivered: c.asked}}}
+	c.savedFloor, c.savedDelivered = c.floor, c.asked
 	p.log.Append(p.epoch, nil, b, g.q.opts.Durability == DurabilityFsync, func(err error) {
 		// Not under the partition's lock: a log may complete at once.
-		go g.marked(p, c, target, err)
+		go g.marked(p, c, target, now, err)
 	})
 }
 
-// marked records that the mark asked for is stored, and delivers on.
-func (g *group) marked(p *partition, c *cursor, target uint64, err error) {
+// marked records that the mark asked for at asked is stored, and
+// delivers on.
+func (g *group) marked(p *partition, c *cursor, target uint64, asked time.Time, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if g.cursors[p.index] != c {
 		return // reloaded meanwhile: the new cursor asks for its own
 	}
+	c.asking = false
 	if err != nil {
-		c.asked = c.mark // asked again at the next dispatch
-		return
+		return // asked again at the next dispatch
 	}
 	c.mark = max(c.mark, target)
+	c.freshUntil = asked.Add(markFresh)
 	c.dispatchLocked(g.q.m.now())
 }
 
