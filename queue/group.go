@@ -407,7 +407,9 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		return pd.m, pd.deliveries
 	}
 	q := c.g.q
-	if !c.asking && c.next < c.p.committed && c.next+markAhead/2 >= c.mark {
+	// Asked for before it is needed: half of the offsets or half of the
+	// time used, so that a busy cursor never waits for its mark.
+	if !c.asking && (c.next < c.p.committed && c.next+markAhead/2 >= c.mark || now.After(c.freshUntil.Add(-markFresh/2))) {
 		c.askMarkLocked(now)
 	}
 	for c.next < min(c.p.committed, c.mark) {
