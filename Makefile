@@ -31,8 +31,9 @@ test:
 # chaos runs the fault test TestNemesis for DURATION (default 60m): three
 # nodes and etcd in network namespaces (root, iproute2 and nftables) under
 # load, cycles of mixed faults, each cycle's history checked; it writes
-# docs/FAULTS.md. SEED repeats a schedule. Without the race detector, so
-# that the load is the nodes' own.
+# docs/FAULTS.md. SEED repeats a schedule; SHARDQ_CHAOS_KINDS (names of
+# fault kinds, comma-separated) deals only those. Without the race
+# detector, so that the load is the nodes' own.
 CHAOS_TIMEOUT ?= 24h
 chaos:
 	SHARDQ_CHAOS_DURATION=$(or $(DURATION),60m) SHARDQ_CHAOS_SEED=$(SEED) \

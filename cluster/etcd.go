@@ -241,6 +241,10 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 	defer n.wg.Done()
 	t := time.NewTimer(ttl / 3)
 	defer t.Stop()
+	// handing: renewals failed past half the lease, and the leadership of
+	// the replicated partitions goes to replicas that may reach etcd: this
+	// node will soon commit nothing (its guard), and would stall them.
+	handing := false
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -259,12 +263,28 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 		}
 		if err != nil {
 			n.log.Debug("renewing the cluster lease", "err", err)
+			if !handing && n.raft != nil && monoNow()-renewed > int64(ttl/2) {
+				handing = true
+				n.log.Warn("cannot renew the cluster lease: handing the leadership of replicated partitions to other replicas", "err", err)
+				self := n.opts.NodeID
+				n.raft.mr.TransferAll(func(node string) bool { return node != self && n.liveNode(node) })
+			}
 			t.Reset(100 * time.Millisecond)
 			continue
 		}
 		ttl = time.Duration(resp.TTL) * time.Second
 		renewed = asked
 		n.guard.renewed(asked, ttl)
+		if handing {
+			handing = false
+			n.mu.Lock()
+			leaving := n.view.leaving
+			n.mu.Unlock()
+			if !leaving {
+				n.raft.mr.StopTransfers()
+				n.log.Info("renewed the cluster lease again: this node may lead partitions again")
+			}
+		}
 		t.Reset(ttl / 3)
 	}
 	if n.ctx.Err() != nil {
@@ -288,6 +308,9 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 		err := n.register(ctx)
 		cancel()
 		if err == nil {
+			if handing && n.raft != nil {
+				n.raft.mr.StopTransfers() // a member again, under a new lease
+			}
 			n.poke()
 			return
 		}

@@ -313,10 +313,18 @@ func (n *nemesis) pair() (string, string) {
 }
 
 // next deals the next kind: every kind once, in a random order, then
-// again.
+// again. SHARDQ_CHAOS_KINDS, the names of some kinds separated by commas,
+// deals only those.
 func (n *nemesis) next() faultKind {
 	if len(n.deck) == 0 {
 		n.deck = slices.Clone(faultKinds)
+		if only := os.Getenv("SHARDQ_CHAOS_KINDS"); only != "" {
+			names := strings.Split(only, ",")
+			n.deck = slices.DeleteFunc(n.deck, func(k faultKind) bool { return !slices.Contains(names, k.name) })
+			if len(n.deck) == 0 {
+				n.t.Fatalf("SHARDQ_CHAOS_KINDS=%q names no fault kind", only)
+			}
+		}
 		n.rng.Shuffle(len(n.deck), func(i, j int) { n.deck[i], n.deck[j] = n.deck[j], n.deck[i] })
 	}
 	k := n.deck[0]

@@ -804,6 +804,13 @@ func (h *Host) TransferAll(live func(string) bool) {
 	h.Poke()
 }
 
+// StopTransfers ends what TransferAll started.
+func (h *Host) StopTransfers() {
+	h.mu.Lock()
+	h.leaving = nil
+	h.mu.Unlock()
+}
+
 // transfer hands the groups this node leads to other live replicas; on
 // the driver goroutine.
 func (h *Host) transfer() {
