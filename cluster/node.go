@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
@@ -99,6 +102,9 @@ type Node struct {
 
 	guard guard
 	raft  *raftHost // nil without a RaftStore
+	// unreachable is why a member cannot be reached, nil when every one
+	// can (checkPeers). Guarded by mu.
+	unreachable error
 
 	mu      sync.Mutex
 	view    view
@@ -336,12 +342,44 @@ func (n *Node) Addr() string { return n.addr }
 func (n *Node) ID() string { return n.opts.NodeID }
 
 // Ready reports whether the node is a member of the cluster that may
-// commit: it holds its lease in etcd.
+// commit (it holds its lease in etcd) and reaches every other member.
 func (n *Node) Ready() error {
 	if !n.member.Load() {
 		return errors.New("not a member of the cluster (etcd unreachable or lease lost)")
 	}
-	return n.guard.check()
+	if err := n.guard.check(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.unreachable
+}
+
+// peerDownAfter is how long the link to a member may be down before the
+// node reports not ready: longer than a lease, so that a peer that died
+// leaves the membership first. A member that renews its lease and that
+// this node cannot reach for that long is cut off from it.
+const peerDownAfter = 10 * time.Second
+
+// checkPeers records, for Ready, the first member whose link has been
+// down past peerDownAfter (reconcile loop, every second).
+func (n *Node) checkPeers() {
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.unreachable = nil
+	for _, id := range slices.Sorted(maps.Keys(n.peers)) {
+		p := n.peers[id]
+		_, member := n.view.nodes[id]
+		switch st := p.conn.GetState(); {
+		case !member || st == connectivity.Ready || st == connectivity.Idle:
+			p.downSince = time.Time{}
+		case p.downSince.IsZero():
+			p.downSince = now
+		case now.Sub(p.downSince) > peerDownAfter && n.unreachable == nil:
+			n.unreachable = fmt.Errorf("the link to node %s (%s) has been down for %s", id, p.addr, now.Sub(p.downSince).Round(time.Second))
+		}
+	}
 }
 
 // Guard wraps a log store so that nothing is committed while the node may

@@ -79,6 +79,7 @@ func (n *Node) reconcileLoop() {
 		case <-n.changed:
 		case <-t.C:
 		}
+		n.checkPeers()
 		n.reconcile()
 	}
 }

@@ -32,6 +32,9 @@ type peer struct {
 	fwd    *forwarder // nil until the first publish, and after a break
 	stl    *settler   // nil until the first settlement sent on, and after a break
 	closed bool
+	// downSince: when its connection was last seen not ready, zero while
+	// it is (Node.checkPeers). Guarded by Node.mu.
+	downSince time.Time
 }
 
 // errNotMember is the error of a link to a node that is not a member now.

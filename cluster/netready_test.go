@@ -1,0 +1,58 @@
+package cluster_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestNotReadyWhileAPeerIsCutOff: a node that cannot reach a member for
+// longer than a lease reports not ready, naming it, and is ready again
+// once the link is back; the cluster in network namespaces.
+func TestNotReadyWhileAPeerIsCutOff(t *testing.T) {
+	c, _ := newNetCluster(t, []string{"a", "b", "c"})
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	prod := dial(t, c.nodes["a"].mqtt, "producer", 64)
+	if code, err := prod.publish("$queue/orders", "k0", message("first", 0)); err != nil || code != 0 {
+		t.Fatalf("publish: %#x %v", code, err)
+	}
+	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	if err := c.net.Partition("a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	// Both still renew their leases in etcd: members that cannot reach
+	// each other.
+	why := waitReadyz(t, c.nodes["a"], http.StatusServiceUnavailable, 30*time.Second)
+	if !strings.Contains(why, "node b") {
+		t.Errorf("a not ready, but not for its link to b: %q", why)
+	}
+	if err := c.net.Heal("a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	waitReadyz(t, c.nodes["a"], http.StatusOK, 15*time.Second)
+}
+
+// waitReadyz waits until the node's /readyz answers code, and returns its
+// body.
+func waitReadyz(t *testing.T, n *node, code int, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := probe.Get("http://" + n.http + "/readyz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == code {
+				return string(body)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s: /readyz not %d within %s:\n%s", n.id, code, within, n.logTail())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
