@@ -381,8 +381,10 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 				cancel()
 			}
 		}
-		n.acquire(id, rec.Epoch)
+		// Before the partition is loaded: its writes are taken only in
+		// the term it was loaded in (raftLog.Append).
 		r.servedTerm.Store(term)
+		n.acquire(id, rec.Epoch)
 	}
 	n.maintainReplicas(id, r, rec, allowed, rf)
 	n.balanceLeader(id, r, allowed)

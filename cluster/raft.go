@@ -163,7 +163,8 @@ type replica struct {
 	applying []applyMark
 	stored   uint64
 
-	// servedTerm is the term the partition was last acquired in here;
+	// servedTerm is the term the partition was last acquired in here
+	// (set before it is loaded); its writes are taken in that term only;
 	// handedAt when this leader last asked to hand the leadership to the
 	// preferred replica (monoNow).
 	servedTerm atomic.Uint64
