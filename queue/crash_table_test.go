@@ -107,3 +107,14 @@ func TestQueueDeliversOnlyUnderAFreshMark(t *testing.T) {
 	h.tick(0)
 	h.expect("c:a1#2")
 }
+
+// A delivered mark whose write fails (a leader stepping down, a disk
+// error) is asked for again by itself: nothing else may come to dispatch
+// the cursor, whose messages would then wait for good.
+func TestQueueFailedMarkIsAskedAgain(t *testing.T) {
+	h := newHarness(t, nil)
+	h.mustPublish("q", kmsg("a", "a1"))
+	h.store.FailNextWrites(1, errors.New("not the leader any more"))
+	h.subscribe("q", "c", sub{})
+	h.expect("c:a1#1")
+}

@@ -470,6 +470,10 @@ func (c *cursor) staleLocked(now time.Time) (*Message, uint32) {
 // leads, so two nodes never hold leases on one message.
 const markFresh = 500 * time.Millisecond
 
+// markRetry is how long after a mark's write failed the cursor asks again
+// (while its partition is served here).
+const markRetry = 100 * time.Millisecond
+
 // markAhead is how many offsets a delivered mark covers ahead of the next
 // first delivery. A cursor asks for the next mark when half of it is
 // used, so that deliveries rarely wait for its write; a crash or a
@@ -504,7 +508,16 @@ func (g *group) marked(p *partition, c *cursor, target uint64, asked time.Time, 
 	}
 	c.asking = false
 	if err != nil {
-		return // asked again at the next dispatch
+		// Asked again soon: nothing else may come to dispatch this
+		// cursor, whose messages would then wait for good.
+		time.AfterFunc(markRetry, func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if g.cursors[p.index] == c {
+				c.dispatchLocked(g.q.m.now())
+			}
+		})
+		return
 	}
 	c.mark = max(c.mark, target)
 	c.freshUntil = asked.Add(markFresh)
