@@ -267,6 +267,11 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 				handing = true
 				n.log.Warn("cannot renew the cluster lease: handing the leadership of replicated partitions to other replicas", "err", err)
 				self := n.opts.NodeID
+				for _, r := range n.raft.all() {
+					if r.g.IsLeader() {
+						n.releasePartition(r.id) // before a transfer elects the next leader at once
+					}
+				}
 				n.raft.mr.TransferAll(func(node string) bool { return node != self && n.liveNode(node) })
 			}
 			t.Reset(100 * time.Millisecond)

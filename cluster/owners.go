@@ -341,17 +341,9 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 	n.mu.Unlock()
 	g := r.g
 	if !g.IsLeader() || !g.CaughtUp() || leaving {
+		n.releasePartition(id)
 		if g.IsLeader() && leaving {
 			n.raft.mr.TransferAll(n.liveNode)
-		}
-		for _, x := range pair(id) {
-			if _, owned := n.m.Owned(x); owned {
-				ctx, cancel := context.WithTimeout(n.ctx, time.Second)
-				_ = n.m.Release(ctx, x)
-				cancel()
-				n.Metrics().setOwned(id, rec.Epoch, false)
-				n.ownershipChanged()
-			}
 		}
 		return
 	}
@@ -390,6 +382,20 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 	n.balanceLeader(id, r, allowed)
 }
 
+// releasePartition releases partition id (and its dead-letter partition) here,
+// if served: nothing more is delivered or written from it.
+func (n *Node) releasePartition(id queue.PartitionID) {
+	for _, x := range pair(id) {
+		if epoch, owned := n.m.Owned(x); owned {
+			ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+			_ = n.m.Release(ctx, x)
+			cancel()
+			n.Metrics().setOwned(id, epoch, false)
+			n.ownershipChanged()
+		}
+	}
+}
+
 // leaderSettle is how long a leader serves before it hands the leadership
 // to the preferred replica, and how long it waits between two tries.
 const leaderSettle = 3 * time.Second
@@ -423,6 +429,11 @@ func (n *Node) balanceLeader(id queue.PartitionID, r *replica, allowed []string)
 	}
 	r.handedAt.Store(monoNow())
 	n.log.Info("handing a partition's leadership to its preferred replica", "partition", id.String(), "node", preferred)
+	// It stops delivering first: the new leader delivers as soon as it
+	// is elected, which a transfer does at once, without the election
+	// timeout a delivered mark's freshness counts on. If the transfer
+	// fails, the next pass serves the partition again.
+	n.releasePartition(id)
 	r.g.RequestTransfer(func(node string) bool { return node == preferred })
 }
 

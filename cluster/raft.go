@@ -303,6 +303,8 @@ func notLeader(r *replica) error {
 func (r *replica) LeaderChanged(leader bool) {
 	if !leader {
 		r.failAll(notLeader(r))
+		// Not on the driver: releasing takes the partition's locks.
+		go r.h.n.releasePartition(r.id)
 	}
 }
 
