@@ -286,6 +286,9 @@ func (c *cursor) dispatchLocked(now time.Time) {
 		g.settleMove(c.p.index)
 	}
 	for {
+		if !c.markedLocked(now) {
+			return // until the mark asked for is stored (marked dispatches)
+		}
 		cons := c.takeConsumer(uniform)
 		if cons == nil && c.hasWork() {
 			// Starved: mark it, then look once more, so that credit given
@@ -450,6 +453,19 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		return m, prior
 	}
 	return nil, 0
+}
+
+// markedLocked reports whether the cursor may deliver now, asking for a
+// mark when it may not: a stale mark, or only first deliveries left and
+// the mark used up. It is checked before a consumer's credit is taken, so
+// that a cursor waiting for its mark holds no credit another partition's
+// cursor could use. The partition's lock must be held.
+func (c *cursor) markedLocked(now time.Time) bool {
+	blocked := !now.Before(c.freshUntil) || c.ready.Len() == 0 && c.next >= c.mark && c.next < c.p.committed
+	if blocked && !c.asking {
+		c.askMarkLocked(now)
+	}
+	return !blocked
 }
 
 // staleLocked asks for a mark when none is on its way; the cursor
