@@ -395,9 +395,6 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, 
 // nextLocked returns the cursor's next deliverable message and how many of
 // its deliveries already ended, or nil.
 func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
-	if !now.Before(c.freshUntil) {
-		return c.staleLocked(now)
-	}
 	for c.ready.Len() > 0 {
 		pd := heap.Pop(&c.ready).(*pending)
 		if c.isSettled(pd.m.Offset) {
@@ -466,17 +463,6 @@ func (c *cursor) markedLocked(now time.Time) bool {
 		c.askMarkLocked(now)
 	}
 	return !blocked
-}
-
-// staleLocked asks for a mark when none is on its way; the cursor
-// delivers nothing, not even a redelivery, until it is stored: a node that
-// was paused may have lost the partition meanwhile. The partition's lock
-// must be held.
-func (c *cursor) staleLocked(now time.Time) (*Message, uint32) {
-	if !c.asking {
-		c.askMarkLocked(now)
-	}
-	return nil, 0
 }
 
 // markFresh is how long after it was asked for a stored mark lets a cursor
