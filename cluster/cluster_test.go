@@ -685,16 +685,7 @@ func TestClusterTLS(t *testing.T) {
 	c := newCluster(t)
 	a := c.start("a", "--config", cfg("a"))
 	b := c.start("b", "--config", cfg("b"))
-	cons := dial(t, b.mqtt, "consumer-on-b", 64)
-	cons.subscribe("$share/g/$queue/orders")
-	prod := dial(t, a.mqtt, "producer-on-a", 64)
-	for i := 0; i < 40; i++ {
-		key := "k" + strconv.Itoa(i)
-		if code, err := prod.publish("$queue/orders", key, message(key, 0)); err != nil || code != 0 {
-			t.Fatalf("publish %d: %#x %v", i, code, err)
-		}
-	}
-	waitCount(t, 40, 20*time.Second, cons)
+	spans(t, a, b)
 
 	// Without a certificate: refused.
 	conn, err := grpc.NewClient(b.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -719,12 +710,10 @@ func TestClusterTLS(t *testing.T) {
 	}
 }
 
-// TestClusterToken: with cluster.token every call between nodes carries
-// it: a queue spans the nodes as without it, a call without it is
-// refused, and the Admin call also needs the node's admin token.
-func TestClusterToken(t *testing.T) {
-	c := newCluster(t, "--cluster-token", "s3cret", "--admin-token", "adm1n")
-	a, b := c.start("a"), c.start("b")
+// spans publishes 40 messages of different keys on a and waits until a
+// consumer on b got them all: the queue spans the two nodes.
+func spans(t *testing.T, a, b *node) {
+	t.Helper()
 	cons := dial(t, b.mqtt, "consumer-on-b", 64)
 	cons.subscribe("$share/g/$queue/orders")
 	prod := dial(t, a.mqtt, "producer-on-a", 64)
@@ -735,6 +724,15 @@ func TestClusterToken(t *testing.T) {
 		}
 	}
 	waitCount(t, 40, 20*time.Second, cons)
+}
+
+// TestClusterToken: with cluster.token every call between nodes carries
+// it: a queue spans the nodes as without it, a call without it is
+// refused, and the Admin call also needs the node's admin token.
+func TestClusterToken(t *testing.T) {
+	c := newCluster(t, "--cluster-token", "s3cret", "--admin-token", "adm1n")
+	a, b := c.start("a"), c.start("b")
+	spans(t, a, b)
 
 	conn, err := grpc.NewClient(b.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -13,14 +13,7 @@ import (
 // once the link is back; the cluster in network namespaces.
 func TestNotReadyWhileAPeerIsCutOff(t *testing.T) {
 	c, _ := newNetCluster(t, []string{"a", "b", "c"})
-	for _, id := range []string{"a", "b", "c"} {
-		c.start(id)
-	}
-	prod := dial(t, c.nodes["a"].mqtt, "producer", 64)
-	if code, err := prod.publish("$queue/orders", "k0", message("first", 0)); err != nil || code != 0 {
-		t.Fatalf("publish: %#x %v", code, err)
-	}
-	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	c.startThree()
 	if err := c.net.Partition("a", "b"); err != nil {
 		t.Fatal(err)
 	}
