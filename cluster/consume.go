@@ -29,10 +29,28 @@ type remoteSub struct {
 
 	mu      sync.Mutex
 	streams map[string]context.CancelFunc
-	waiting []queue.Delivery  // deliveries waiting for the client's credit
+	waiting []waiting         // deliveries waiting for the client's credit
 	leases  map[leaseKey]bool // remote leases out, true while holding a credit
 	closed  bool
 }
+
+// waiting is a delivery that came on the stream from node.
+type waiting struct {
+	node string
+	d    queue.Delivery
+}
+
+// remoteStale bounds how long after its owner made it a delivery from
+// another node may still be written to its client; later, it is given
+// back unsent. It assumes the nodes' clocks agree within clockSkew.
+const (
+	remoteStale = time.Second
+	clockSkew   = 500 * time.Millisecond
+	// handoverGrace: a partition loaded here delivers again what its
+	// last owner may have had out only once any delivery of it still on
+	// its way has reached its client or turned stale.
+	handoverGrace = remoteStale + clockSkew
+)
 
 type leaseKey struct {
 	id     queue.PartitionID
@@ -143,6 +161,9 @@ func (rs *remoteSub) window() int32 {
 func (rs *remoteSub) run(ctx context.Context, node string) {
 	for ctx.Err() == nil {
 		err := rs.stream(ctx, node)
+		// The stream's consumer on node ended with it, and its leases:
+		// what still waits here for credit is node's to deliver again.
+		rs.dropWaiting(node)
 		if ctx.Err() != nil {
 			return
 		}
@@ -183,7 +204,10 @@ func (rs *remoteSub) stream(ctx context.Context, node string) error {
 		}
 		for _, w := range down.Deliveries {
 			l := fromPBLease(w.Lease)
-			rs.deliver(queue.Delivery{Lease: l, Queue: l.Partition.Queue, Partition: l.Partition.Partition,
+			if w.SentAt != 0 {
+				l.Until = time.Unix(0, w.SentAt).Add(remoteStale)
+			}
+			rs.deliver(node, queue.Delivery{Lease: l, Queue: l.Partition.Queue, Partition: l.Partition.Partition,
 				Message: fromPBMessage(w.Message), Count: w.Count, Explicit: w.Explicit})
 		}
 	}
@@ -191,7 +215,7 @@ func (rs *remoteSub) stream(ctx context.Context, node string) error {
 
 // deliver sends d to the client when its connection has credit, else
 // keeps it until a credit comes back.
-func (rs *remoteSub) deliver(d queue.Delivery) {
+func (rs *remoteSub) deliver(node string, d queue.Delivery) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.closed {
@@ -200,10 +224,27 @@ func (rs *remoteSub) deliver(d queue.Delivery) {
 	rs.leases[keyOf(d.Lease)] = false
 	rs.n.registerLease(d.Lease, rs)
 	if len(rs.waiting) > 0 || (rs.o.Credit != nil && !rs.o.Credit.TryTake()) {
-		rs.waiting = append(rs.waiting, d)
+		rs.waiting = append(rs.waiting, waiting{node: node, d: d})
 		return
 	}
 	rs.send(d)
+}
+
+// dropWaiting forgets the deliveries from node still waiting for credit.
+func (rs *remoteSub) dropWaiting(node string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	kept := rs.waiting[:0]
+	for _, w := range rs.waiting {
+		if w.node != node {
+			kept = append(kept, w)
+			continue
+		}
+		delete(rs.leases, keyOf(w.d.Lease))
+		rs.n.forgetLease(w.d.Lease)
+	}
+	clear(rs.waiting[len(kept):])
+	rs.waiting = kept
 }
 
 // send hands d to the client; rs.mu is held and d's credit taken.
@@ -221,7 +262,7 @@ func (rs *remoteSub) drain() {
 		if rs.o.Credit != nil && !rs.o.Credit.TryTake() {
 			return
 		}
-		d := rs.waiting[0]
+		d := rs.waiting[0].d
 		rs.waiting = rs.waiting[1:]
 		rs.send(d)
 	}
@@ -233,7 +274,7 @@ func (rs *remoteSub) settle(l queue.LeaseRef, op pb.SettleOp) error {
 	k := keyOf(l)
 	rs.mu.Lock()
 	held, known := rs.leases[k]
-	if known && held && (op == pb.SettleOp_RECEIVED || !rs.o.Explicit) {
+	if known && held && (op == pb.SettleOp_RECEIVED || op == pb.SettleOp_UNSENT || !rs.o.Explicit) {
 		rs.leases[k] = false
 	} else {
 		held = false
@@ -255,8 +296,9 @@ func (rs *remoteSub) settle(l queue.LeaseRef, op pb.SettleOp) error {
 	if err != nil {
 		return &unknownOutcome{unavailable(l.Partition, owner, err)}
 	}
-	if op == pb.SettleOp_RECEIVED || !rs.o.Explicit {
-		// A PUBACK's settlement: nobody waits for its outcome.
+	if op == pb.SettleOp_RECEIVED || op == pb.SettleOp_UNSENT || !rs.o.Explicit {
+		// A PUBACK's settlement, or a delivery given back: nobody waits
+		// for its outcome.
 		p.settleAsync(&pb.SettleRequest{Lease: toPBLease(l), Op: op})
 		return nil
 	}
@@ -369,7 +411,8 @@ type streamReceiver struct {
 }
 
 func (r *streamReceiver) Deliver(d queue.Delivery) {
-	w := &pb.Delivery{Lease: toPBLease(d.Lease), Message: toPBMessage(d.Message), Count: d.Count, Explicit: d.Explicit}
+	w := &pb.Delivery{Lease: toPBLease(d.Lease), Message: toPBMessage(d.Message), Count: d.Count, Explicit: d.Explicit,
+		SentAt: time.Now().UnixNano()}
 	r.mu.Lock()
 	r.out = append(r.out, w)
 	r.mu.Unlock()

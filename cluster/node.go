@@ -222,6 +222,7 @@ const DefaultReplicationFactor = 3
 // node decides which partitions it serves, and hears of new queues.
 func (n *Node) ManagerOptions(mo *queue.ManagerOptions) {
 	mo.ManualOwnership = true
+	mo.HandoverGrace = handoverGrace
 	mo.OnQueue = func(*queue.Queue) { n.poke() }
 	admit := mo.Admit
 	mo.Admit = func() error {

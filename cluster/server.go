@@ -150,21 +150,7 @@ func (s *server) Settles(stream pb.Node_SettlesServer) error {
 }
 
 func (s *server) settle(req *pb.SettleRequest) error {
-	l := fromPBLease(req.Lease)
-	var err error
-	switch req.Op {
-	case pb.SettleOp_ACK:
-		err = s.n.m.Settle(l, queue.Ack)
-	case pb.SettleOp_NACK:
-		err = s.n.m.Settle(l, queue.Nack)
-	case pb.SettleOp_REJECT:
-		err = s.n.m.Settle(l, queue.Reject)
-	case pb.SettleOp_RECEIVED:
-		s.n.m.Received(l)
-	case pb.SettleOp_EXTEND:
-		err = s.n.m.Extend(l)
-	}
-	return err
+	return settleHere(s.n.m, fromPBLease(req.Lease), req.Op)
 }
 
 // Admin answers an admin read with this node's own view.

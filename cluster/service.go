@@ -191,14 +191,7 @@ func (n *Node) Subscribe(ctx context.Context, f queue.Filter, r queue.Receiver, 
 
 // Settle ends a delivery, on the node that made it.
 func (n *Node) Settle(l queue.LeaseRef, o queue.Outcome) error {
-	op := pb.SettleOp_ACK
-	switch o {
-	case queue.Nack:
-		op = pb.SettleOp_NACK
-	case queue.Reject:
-		op = pb.SettleOp_REJECT
-	}
-	return n.settle(l, op)
+	return n.settle(l, settleOp(o))
 }
 
 // Received records the PUBACK of an explicit consumer's delivery.
@@ -210,19 +203,7 @@ func (n *Node) Extend(l queue.LeaseRef) error { return n.settle(l, pb.SettleOp_E
 func (n *Node) settle(l queue.LeaseRef, op pb.SettleOp) error {
 	rs := n.remoteLease(l)
 	if rs == nil {
-		switch op {
-		case pb.SettleOp_ACK:
-			return n.m.Settle(l, queue.Ack)
-		case pb.SettleOp_NACK:
-			return n.m.Settle(l, queue.Nack)
-		case pb.SettleOp_REJECT:
-			return n.m.Settle(l, queue.Reject)
-		case pb.SettleOp_RECEIVED:
-			n.m.Received(l)
-			return nil
-		default:
-			return n.m.Extend(l)
-		}
+		return settleHere(n.m, l, op)
 	}
 	return rs.settle(l, op)
 }
@@ -292,4 +273,37 @@ func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (
 	q, _, err := n.m.Declare(ctx, name, o)
 	n.poke()
 	return q, isNew, err
+}
+
+// settleOp is the wire operation of outcome o.
+func settleOp(o queue.Outcome) pb.SettleOp {
+	switch o {
+	case queue.Nack:
+		return pb.SettleOp_NACK
+	case queue.Reject:
+		return pb.SettleOp_REJECT
+	case queue.Unsent:
+		return pb.SettleOp_UNSENT
+	}
+	return pb.SettleOp_ACK
+}
+
+// settleHere applies op to a lease of this node.
+func settleHere(m *queue.Manager, l queue.LeaseRef, op pb.SettleOp) error {
+	switch op {
+	case pb.SettleOp_ACK:
+		return m.Settle(l, queue.Ack)
+	case pb.SettleOp_NACK:
+		return m.Settle(l, queue.Nack)
+	case pb.SettleOp_REJECT:
+		return m.Settle(l, queue.Reject)
+	case pb.SettleOp_UNSENT:
+		return m.Settle(l, queue.Unsent)
+	case pb.SettleOp_RECEIVED:
+		m.Received(l)
+		return nil
+	case pb.SettleOp_EXTEND:
+		return m.Extend(l)
+	}
+	return fmt.Errorf("cluster: unknown settle operation %v", op)
 }

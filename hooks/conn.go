@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/shardq/shardq/queue"
@@ -132,8 +133,9 @@ func (c *conn) write() {
 			w.buf = appendPuback(w.buf, c.v5, a.id, a.code, w.reason(a.reason))
 		}
 		var qos0 []queue.LeaseRef
+		now := time.Now()
 		for i := range outs {
-			if l, ok := c.prepare(w, outs[i]); ok {
+			if l, ok := c.prepare(w, outs[i], now); ok {
 				qos0 = append(qos0, l)
 			}
 			outs[i] = delivery{}

@@ -288,15 +288,24 @@ func (s *subscription) Deliver(d queue.Delivery) {
 // packet ID is recorded so the PUBACK can settle it. A QoS 0 delivery's
 // lease is returned: it is settled once written. A delivery larger than the
 // client's Maximum Packet Size can never reach it and is rejected (to the
-// dead-letter queue).
+// dead-letter queue). One whose lease ended before it is written is given
+// back unsent.
 //
 // The IDs come from mochi's counter (so mochi's own deliveries to the same
 // client skip past them) but are not put in mochi's inflight table: mochi
 // scans and sorts that table after every packet the client sends while it
 // is not empty, and its NextImmediate takes the table's read lock twice,
 // which deadlocks against a concurrent writer. See docs/DESIGN.md.
-func (c *conn) prepare(w *wire, dl delivery) (qos0 queue.LeaseRef, settle bool) {
+func (c *conn) prepare(w *wire, dl delivery, now time.Time) (qos0 queue.LeaseRef, settle bool) {
 	d, s := dl.d, dl.sub
+	if !d.Lease.Live(now) {
+		// Its lease ended before it could be written (the partition moved,
+		// or it came late from another node): the message may be out again
+		// already, to another consumer, and this copy would reach the
+		// client without DUP. Given back, unsent.
+		_ = c.h.m.Settle(d.Lease, queue.Unsent)
+		return queue.LeaseRef{}, false
+	}
 	m := d.Message
 	topic, moved := s.filter.DeliveryTopic(m.Subject)
 	h := publishHeader{v5: c.v5, qos: s.qos, dup: d.Count > 1, topic: topic}

@@ -202,6 +202,12 @@ func (c *Consumer) Close() {
 			}
 			p.releaseLocked(l, b, now)
 		}
+		// Its connection is gone: no PUBACK will come for a slot.
+		for seq, l := range p.slotHeld {
+			if l.consumer == c {
+				delete(p.slotHeld, seq)
+			}
+		}
 		p.flushLocked(b)
 	}
 	c.g.removeConsumer(c)
@@ -244,6 +250,9 @@ type Lease struct {
 	explicit     bool
 	received     bool
 	hidx         int // index in the partition's lease heap; -1 when not in it
+	// ended is set with active cleared, for readers without the lock
+	// (LeaseRef.Live).
+	ended atomic.Bool
 }
 
 // LeaseRef names one lease: a value that can be kept, compared and, in a
@@ -255,8 +264,23 @@ type LeaseRef struct {
 	Group     string
 	Offset    uint64
 	Seq       uint64
+	// Until, on a lease made by another node, is when its delivery
+	// turns stale: one not yet written to its client by then is given
+	// back (Unsent) rather than sent, since the partition's owner may have
+	// ended the lease and delivered the message again meanwhile.
+	Until time.Time
 
 	l *Lease
+}
+
+// Live reports whether the delivery of r may still be written to its
+// client: its lease has not ended (a lease of this node) or its delivery
+// is not stale (one of another node, see Until).
+func (r LeaseRef) Live(now time.Time) bool {
+	if r.l != nil {
+		return !r.l.ended.Load()
+	}
+	return r.Until.IsZero() || now.Before(r.Until)
 }
 
 // ID returns the leased message's msg-id.
@@ -292,6 +316,10 @@ const (
 	Nack
 	// Reject: straight to the dead-letter queue.
 	Reject
+	// Unsent: the delivery never reached its client (it turned stale on
+	// its way): the message is back for the group at once, and the
+	// delivery is not counted.
+	Unsent
 )
 
 // extend renews an active lease for another ack_timeout.

@@ -118,3 +118,66 @@ func TestQueueFailedMarkIsAskedAgain(t *testing.T) {
 	h.subscribe("q", "c", sub{})
 	h.expect("c:a1#1")
 }
+
+// A delivery its connection gives back before writing it (it turned stale
+// on its way from another node) never reached the client: the message is
+// delivered again at once, without backoff, and with the same count, so
+// the client sees no DUP for a delivery it never saw.
+func TestQueueUnsentDeliveryIsNotCounted(t *testing.T) {
+	h := newHarness(t, nil)
+	h.mustPublish("q", kmsg("a", "a1"), kmsg("a", "a2"))
+	h.subscribe("q", "c", sub{})
+	d := h.expect("c:a1#1")[0]
+	h.mustSettle(d, unsent)
+	again := h.expect("c:a1#1")[0]
+	h.mustSettle(again, acked)
+	h.expect("c:a2#1")
+}
+
+// A lease made here is live until it ends; a delivery from another node
+// until its Until.
+func TestQueueLeaseLive(t *testing.T) {
+	h := newHarness(t, nil)
+	h.mustPublish("q", kmsg("a", "a1"))
+	h.subscribe("q", "c", sub{})
+	d := h.expect("c:a1#1")[0]
+	now := h.clock()
+	if !d.raw.Lease.Live(now) {
+		t.Fatal("a delivery not settled yet: its lease is not live")
+	}
+	h.mustSettle(d, nacked)
+	if d.raw.Lease.Live(now) {
+		t.Fatal("a nacked delivery's lease is still live: its connection would write it after the nack")
+	}
+	remote := queue.LeaseRef{Partition: queue.PartitionID{Queue: "q"}, Group: "g", Until: now.Add(time.Second)}
+	if !remote.Live(now) || remote.Live(now.Add(time.Second)) {
+		t.Fatalf("a delivery from another node until %v: live at %v %v, at Until %v; want true, false",
+			remote.Until, now, remote.Live(now), remote.Live(now.Add(time.Second)))
+	}
+}
+
+// In a cluster a partition loaded with deliveries its last owner had out
+// waits HandoverGrace before it delivers at all: a delivery of the last
+// owner still on its way to a client on another node reaches it first, or
+// turns stale there, so the next delivery, with DUP, comes after it.
+func TestQueueHandoverGraceHoldsRedeliveries(t *testing.T) {
+	h := newHarness(t, nil)
+	h.mo.HandoverGrace = 2 * time.Second
+	h.mustPublish("q", kmsg("a", "a1"), kmsg("b", "b1"))
+	h.subscribe("q", "c", sub{})
+	first := h.expect("c:a1#1", "c:b1#1")
+	h.mustSettle(first[1], acked)
+	h.crash()
+	h.subscribe("q", "c", sub{})
+	if got := h.newDeliveries(1); len(got) != 0 {
+		t.Fatalf("delivered %v before the handover grace ran out", got)
+	}
+	h.tick(2 * time.Second)
+	h.mustSettle(h.expect("c:a1#2")[0], acked)
+
+	// Nothing was out: nothing is held.
+	h.crash()
+	h.mustPublish("q", kmsg("c", "c1"))
+	h.subscribe("q", "c", sub{})
+	h.expect("c:c1#1")
+}

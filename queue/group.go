@@ -86,6 +86,9 @@ type cursor struct {
 	mark, asked uint64
 	asking      bool
 	freshUntil  time.Time
+	// heldUntil: loaded with deliveries its last owner may have had out,
+	// the cursor delivers nothing before then (HandoverGrace).
+	heldUntil time.Time
 
 	// Settlements not yet persisted (see flushStateLocked).
 	dirty      bool
@@ -458,6 +461,13 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 // that a cursor waiting for its mark holds no credit another partition's
 // cursor could use. The partition's lock must be held.
 func (c *cursor) markedLocked(now time.Time) bool {
+	if !c.heldUntil.IsZero() {
+		if now.Before(c.heldUntil) {
+			c.p.wantTickLocked()
+			return false
+		}
+		c.heldUntil = time.Time{}
+	}
 	blocked := !now.Before(c.freshUntil) || c.ready.Len() == 0 && c.next >= c.mark && c.next < c.p.committed
 	if blocked && !c.asking {
 		c.askMarkLocked(now)
@@ -554,7 +564,8 @@ func (c *cursor) spentLocked(m *Message, prior uint32, now time.Time) bool {
 // parked behind their key and never delivered are counted too (the bound
 // the README states).
 func (c *cursor) crashedDeliveries(b *Batch) {
-	for off := c.floor; off < c.delivered; off++ {
+	// Offsets not yet written were never delivered, mark or not.
+	for off := c.floor; off < min(c.delivered, c.p.next); off++ {
 		if _, settled := c.settled[off]; !settled {
 			c.counts[off]++
 			b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: c.g.q.name, Group: c.g.name, Partition: c.p.index, Offset: off, Count: c.counts[off]})

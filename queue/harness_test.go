@@ -347,14 +347,15 @@ const (
 	acked outcome = iota
 	nacked
 	rejected
+	unsent // given back by the consumer's connection before it was written
 )
 
-func (o outcome) String() string { return [...]string{"ack", "nack", "reject"}[o] }
+func (o outcome) String() string { return [...]string{"ack", "nack", "reject", "unsent"}[o] }
 
 // settle settles d as its consumer would (PUBACK, or $ack/$nack/$reject
 // for an explicit consumer).
 func (h *harness) settle(d delivery, o outcome) error {
-	return h.m.Settle(d.raw.Lease, [...]queue.Outcome{queue.Ack, queue.Nack, queue.Reject}[o])
+	return h.m.Settle(d.raw.Lease, [...]queue.Outcome{queue.Ack, queue.Nack, queue.Reject, queue.Unsent}[o])
 }
 
 // mustSettle settles d and fails the test on an error.

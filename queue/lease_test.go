@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -294,4 +295,21 @@ func TestQueueMaxDeliveries(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A late PUBACK relayed from another node, which names the lease rather
+// than holds it, frees its consumer's credit like a local one: a consumer
+// on another node whose lease ran out would otherwise lose one credit of
+// its stream for good, and with it, in the end, every delivery.
+func TestQueueLatePubackFromAnotherNodeFreesCredit(t *testing.T) {
+	h := newHarness(t, func(o *queue.Options) { o.AckTimeout = time.Second })
+	h.mustPublish("q", kmsg("a", "a1"))
+	h.subscribe("q", "c", sub{prefetch: 1})
+	d := h.expect("c:a1#1")[0]
+	h.tick(2 * time.Second) // the lease runs out; its slot waits for the PUBACK
+	relayed := queue.LeaseRef{Partition: d.raw.Lease.Partition, Group: d.raw.Lease.Group, Offset: d.raw.Lease.Offset, Seq: d.raw.Lease.Seq}
+	if err := h.m.Settle(relayed, queue.Ack); !errors.Is(err, queue.ErrNotLeased) {
+		t.Fatalf("a late PUBACK: %v, want ErrNotLeased", err)
+	}
+	h.expect("c:a1#2")
 }

@@ -44,6 +44,14 @@ type ManagerOptions struct {
 	// OnAck, if set, is told about every acked message: its queue and when
 	// it was enqueued. It runs with the queue's lock held: it must be quick.
 	OnAck func(queue string, enqueuedAt time.Time)
+	// HandoverGrace is how long a partition loaded from storage waits
+	// before it delivers again the messages its last owner may have had
+	// out (unsettled below the delivered mark): in a cluster, a delivery
+	// on its way to a client on another node reaches it, or turns stale
+	// there and is not sent (LeaseRef.Until), before the message goes out
+	// again, so that every delivery after the first carries DUP. 0 on a
+	// single node, where no delivery outlives its process.
+	HandoverGrace time.Duration
 	// Clock replaces time.Now in tests.
 	Clock func() time.Time
 

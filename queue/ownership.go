@@ -249,7 +249,11 @@ func (c *cursor) restore(st GroupState, b *Batch) {
 	for off, n := range st.Deliveries {
 		c.counts[off] = n
 	}
+	before := len(b.Deliveries)
 	c.crashedDeliveries(b)
+	if grace := c.g.q.m.opts.HandoverGrace; grace > 0 && len(b.Deliveries) > before {
+		c.heldUntil = c.g.q.m.now().Add(grace)
+	}
 	c.mark, c.asked = c.floor, c.floor
 	if c.delivered > c.floor {
 		// Counted: from now on the mark covers deliveries made since.

@@ -50,6 +50,10 @@ type partition struct {
 	// soonest deadline first; seq numbers them.
 	leases leaseHeap
 	seq    uint64
+	// slotHeld: ended leases whose delivery still takes its consumer's
+	// credit until the PUBACK comes, by seq, so that a PUBACK relayed
+	// from another node (which names the lease, not holds it) frees it.
+	slotHeld map[uint64]*Lease
 }
 
 // newPartition returns partition index of q, empty and not acquired; its
@@ -219,7 +223,7 @@ func (p *partition) pendingLocked() bool {
 	low := p.committed
 	for _, g := range p.q.groups {
 		c := g.cursors[p.index]
-		if c.retries.Len() > 0 || c.dirty || c.starved.Load() || !c.fetchErr.IsZero() {
+		if c.retries.Len() > 0 || c.dirty || c.starved.Load() || !c.fetchErr.IsZero() || !c.heldUntil.IsZero() {
 			return true
 		}
 		low = min(low, c.floor)
@@ -310,6 +314,13 @@ func (p *partition) releaseLocked(l *Lease, b *Batch, now time.Time) {
 // endLeaseLocked takes an active lease out of circulation.
 func (p *partition) endLeaseLocked(l *Lease) {
 	l.active = false
+	l.ended.Store(true)
+	if l.slot {
+		if p.slotHeld == nil {
+			p.slotHeld = map[uint64]*Lease{}
+		}
+		p.slotHeld[l.seq] = l
+	}
 	if l.hidx >= 0 {
 		heap.Remove(&p.leases, l.hidx)
 	}
@@ -321,6 +332,7 @@ func (p *partition) endLeaseLocked(l *Lease) {
 // groups that may now deliver more go to k.
 func (p *partition) freeSlotLocked(l *Lease, k *kicks) {
 	l.slot = false
+	delete(p.slotHeld, l.seq)
 	c := l.consumer
 	if !c.closed {
 		c.credit.Add(1)

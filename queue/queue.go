@@ -326,6 +326,8 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 		q.stats.Rejected.Add(1)
 		l.cur.g.stats.Rejected.Add(1)
 		q.deadLetterLocked(l.cur, l.m, l.deliveries, ReasonRejected, now)
+	case Unsent:
+		heap.Push(&l.cur.ready, &pending{m: l.m, deliveries: l.deliveries - 1})
 	}
 	p.flushLocked(&b)
 	l.cur.dispatchLocked(now)

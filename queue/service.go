@@ -105,5 +105,8 @@ func (m *Manager) lease(r LeaseRef) (*Lease, error) {
 			return l, nil
 		}
 	}
+	if l := p.slotHeld[r.Seq]; l != nil && l.m.Offset == r.Offset && l.cur.g.name == r.Group {
+		return l, nil // ended; settling it frees its consumer's credit
+	}
 	return nil, fmt.Errorf("%w: %s in group %s", ErrNotLeased, r.ID(), r.Group)
 }

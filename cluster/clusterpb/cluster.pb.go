@@ -119,6 +119,7 @@ const (
 	SettleOp_REJECT   SettleOp = 2
 	SettleOp_RECEIVED SettleOp = 3
 	SettleOp_EXTEND   SettleOp = 4
+	SettleOp_UNSENT   SettleOp = 5 // the delivery turned stale before it reached its client
 )
 
 // Enum value maps for SettleOp.
@@ -129,6 +130,7 @@ var (
 		2: "REJECT",
 		3: "RECEIVED",
 		4: "EXTEND",
+		5: "UNSENT",
 	}
 	SettleOp_value = map[string]int32{
 		"ACK":      0,
@@ -136,6 +138,7 @@ var (
 		"REJECT":   2,
 		"RECEIVED": 3,
 		"EXTEND":   4,
+		"UNSENT":   5,
 	}
 )
 
@@ -905,11 +908,15 @@ func (x *ConsumeUp) GetGrant() int32 {
 }
 
 type Delivery struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         *LeaseRef              `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
-	Message       *Message               `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Count         uint32                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
-	Explicit      bool                   `protobuf:"varint,4,opt,name=explicit,proto3" json:"explicit,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Lease    *LeaseRef              `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	Message  *Message               `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Count    uint32                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Explicit bool                   `protobuf:"varint,4,opt,name=explicit,proto3" json:"explicit,omitempty"`
+	// sent_at: when the owner made the delivery, unix nanoseconds; a
+	// delivery that has not reached its client by sent_at plus the stale
+	// bound is given back (UNSENT) instead.
+	SentAt        int64 `protobuf:"varint,5,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -970,6 +977,13 @@ func (x *Delivery) GetExplicit() bool {
 		return x.Explicit
 	}
 	return false
+}
+
+func (x *Delivery) GetSentAt() int64 {
+	if x != nil {
+		return x.SentAt
+	}
+	return 0
 }
 
 type ConsumeDown struct {
@@ -2558,12 +2572,13 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04node\x18\t \x01(\tR\x04node\"]\n" +
 	"\tConsumeUp\x12:\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x1c.shardq.cluster.v1.SubscribeR\tsubscribe\x12\x14\n" +
-	"\x05grant\x18\x02 \x01(\x05R\x05grant\"\xa5\x01\n" +
+	"\x05grant\x18\x02 \x01(\x05R\x05grant\"\xbe\x01\n" +
 	"\bDelivery\x121\n" +
 	"\x05lease\x18\x01 \x01(\v2\x1b.shardq.cluster.v1.LeaseRefR\x05lease\x124\n" +
 	"\amessage\x18\x02 \x01(\v2\x1a.shardq.cluster.v1.MessageR\amessage\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\rR\x05count\x12\x1a\n" +
-	"\bexplicit\x18\x04 \x01(\bR\bexplicit\"{\n" +
+	"\bexplicit\x18\x04 \x01(\bR\bexplicit\x12\x17\n" +
+	"\asent_at\x18\x05 \x01(\x03R\x06sentAt\"{\n" +
 	"\vConsumeDown\x12;\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\x1b.shardq.cluster.v1.DeliveryR\n" +
@@ -2701,7 +2716,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x12\x12\n" +
 	"\x0eBAD_PARTITIONS\x10\v\x12\t\n" +
 	"\x05OTHER\x10\f\x12\x13\n" +
-	"\x0fUNKNOWN_OUTCOME\x10\r*C\n" +
+	"\x0fUNKNOWN_OUTCOME\x10\r*O\n" +
 	"\bSettleOp\x12\a\n" +
 	"\x03ACK\x10\x00\x12\b\n" +
 	"\x04NACK\x10\x01\x12\n" +
@@ -2709,7 +2724,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06REJECT\x10\x02\x12\f\n" +
 	"\bRECEIVED\x10\x03\x12\n" +
 	"\n" +
-	"\x06EXTEND\x10\x042\xca\x05\n" +
+	"\x06EXTEND\x10\x04\x12\n" +
+	"\n" +
+	"\x06UNSENT\x10\x052\xca\x05\n" +
 	"\x04Node\x12Q\n" +
 	"\aPublish\x12\x1f.shardq.cluster.v1.PublishBatch\x1a!.shardq.cluster.v1.PublishResults(\x010\x01\x12K\n" +
 	"\aConsume\x12\x1c.shardq.cluster.v1.ConsumeUp\x1a\x1e.shardq.cluster.v1.ConsumeDown(\x010\x01\x12M\n" +
