@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,9 +16,14 @@ import (
 // through a Consume stream to it. The owner runs a consumer of its own for
 // the stream, in the same group, so leases, per-key order, max deliveries
 // and the DLQ stay the owner's. Credit is kept here, where the client is:
-// the owner may have a window of deliveries out on the stream, and each
-// one takes a credit of the client's connection before it is sent; one
-// that finds none waits here until a PUBACK gives one back.
+// the owner may have a window of deliveries out on the stream (the
+// client's credit), and each one takes a credit of the client's
+// connection before it is sent. One that finds none is returned to its
+// owner at once (queue.Returned), where another consumer of the group can
+// have it, and its stream's window stays one smaller until a credit of
+// the client comes back here and is granted to that stream again: so the
+// windows of a client's streams shrink to what it can take, and no
+// message waits here for a client that is busy.
 
 // remoteSub is one consumer here with its streams to the other nodes.
 type remoteSub struct {
@@ -28,16 +34,23 @@ type remoteSub struct {
 	local queue.Subscription
 
 	mu      sync.Mutex
-	streams map[string]context.CancelFunc
-	waiting []waiting         // deliveries waiting for the client's credit
+	streams map[string]*consumeStream
 	leases  map[leaseKey]bool // remote leases out, true while holding a credit
 	closed  bool
+	// owed: the streams' window credits kept back for deliveries
+	// returned for want of the client's credit, by node; next is where
+	// the next credit of the client goes (round robin).
+	owed map[string]int32
+	next int
 }
 
-// waiting is a delivery that came on the stream from node.
-type waiting struct {
-	node string
-	d    queue.Delivery
+// consumeStream is the stream of a consumer here to one node.
+type consumeStream struct {
+	cancel context.CancelFunc
+	// grants are window credits to send up the stream; wake tells its
+	// sender.
+	grants int32
+	wake   chan struct{}
 }
 
 // remoteStale bounds how long after its owner made it a delivery from
@@ -64,7 +77,8 @@ func keyOf(l queue.LeaseRef) leaseKey { return leaseKey{l.Partition, l.Group, l.
 // subscribeRemote starts the streams of a consumer whose local part is
 // local.
 func (n *Node) subscribeRemote(f queue.Filter, r queue.Receiver, o queue.ConsumerOptions, local queue.Subscription) *remoteSub {
-	rs := &remoteSub{n: n, f: f, r: r, o: o, local: local, streams: map[string]context.CancelFunc{}, leases: map[leaseKey]bool{}}
+	rs := &remoteSub{n: n, f: f, r: r, o: o, local: local, streams: map[string]*consumeStream{}, leases: map[leaseKey]bool{},
+		owed: map[string]int32{}}
 	n.mu.Lock()
 	n.subs[rs] = struct{}{}
 	if o.Credit != nil && !n.watched[o.Credit] {
@@ -77,7 +91,8 @@ func (n *Node) subscribeRemote(f queue.Filter, r queue.Receiver, o queue.Consume
 	return rs
 }
 
-// creditBack sends the deliveries waiting for the credit c.
+// creditBack grants the credit c got back to a stream that returned a
+// delivery for want of it.
 func (n *Node) creditBack(c *queue.Credit) {
 	n.mu.Lock()
 	var subs []*remoteSub
@@ -88,7 +103,7 @@ func (n *Node) creditBack(c *queue.Credit) {
 	}
 	n.mu.Unlock()
 	for _, rs := range subs {
-		rs.drain()
+		rs.grant()
 	}
 }
 
@@ -130,20 +145,23 @@ func (rs *remoteSub) refresh() {
 		seen[id] = true
 		if rs.streams[id] == nil {
 			ctx, cancel := context.WithCancel(rs.n.ctx)
-			rs.streams[id] = cancel
-			go rs.run(ctx, id)
+			cs := &consumeStream{cancel: cancel, wake: make(chan struct{}, 1)}
+			rs.streams[id] = cs
+			go rs.run(ctx, id, cs)
 		}
 	}
-	for id, cancel := range rs.streams {
+	for id, cs := range rs.streams {
 		if !seen[id] {
-			cancel()
+			cs.cancel()
 			delete(rs.streams, id)
+			delete(rs.owed, id)
 		}
 	}
 }
 
-// window is how many deliveries a stream may have out: the consumer's
-// credit split over the nodes, at least 1.
+// window is how many deliveries a stream may have out at first: the
+// consumer's credit. Deliveries the client has no credit for go back to
+// their owner and shrink the window (see the top of this file).
 func (rs *remoteSub) window() int32 {
 	w := rs.o.Prefetch
 	if rs.o.Credit != nil && (w == 0 || int(rs.o.Credit.Cap()) < w) {
@@ -152,18 +170,20 @@ func (rs *remoteSub) window() int32 {
 	if w <= 0 {
 		w = 64
 	}
-	nodes := len(rs.n.members()) + 1
-	return int32(max(1, (w+nodes-1)/nodes))
+	return int32(w)
 }
 
 // run keeps the stream to node open until ctx ends, opening it again
 // after a break.
-func (rs *remoteSub) run(ctx context.Context, node string) {
+func (rs *remoteSub) run(ctx context.Context, node string, cs *consumeStream) {
 	for ctx.Err() == nil {
-		err := rs.stream(ctx, node)
-		// The stream's consumer on node ended with it, and its leases:
-		// what still waits here for credit is node's to deliver again.
-		rs.dropWaiting(node)
+		err := rs.stream(ctx, node, cs)
+		// The stream's consumer on node ended with it, and its window:
+		// a new stream starts with a whole one.
+		rs.mu.Lock()
+		delete(rs.owed, node)
+		cs.grants = 0
+		rs.mu.Unlock()
 		if ctx.Err() != nil {
 			return
 		}
@@ -176,11 +196,13 @@ func (rs *remoteSub) run(ctx context.Context, node string) {
 	}
 }
 
-func (rs *remoteSub) stream(ctx context.Context, node string) error {
+func (rs *remoteSub) stream(ctx context.Context, node string, cs *consumeStream) error {
 	p, err := rs.n.peer(node)
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	s, err := p.client.Consume(ctx)
 	if err != nil {
 		return err
@@ -194,6 +216,7 @@ func (rs *remoteSub) stream(ctx context.Context, node string) error {
 		Credit: rs.window(), Node: rs.n.opts.NodeID}}); err != nil {
 		return err
 	}
+	go rs.sendGrants(ctx, s, cs)
 	for {
 		down, err := s.Recv()
 		if err != nil {
@@ -217,34 +240,80 @@ func (rs *remoteSub) stream(ctx context.Context, node string) error {
 // keeps it until a credit comes back.
 func (rs *remoteSub) deliver(node string, d queue.Delivery) {
 	rs.mu.Lock()
-	defer rs.mu.Unlock()
 	if rs.closed {
+		rs.mu.Unlock()
+		return
+	}
+	if rs.o.Credit != nil && !rs.o.Credit.TryTake() {
+		// The next credit of the client that comes back is granted to
+		// this stream (grant); the message goes back to its owner now.
+		rs.owed[node]++
+		rs.mu.Unlock()
+		rs.returnToOwner(node, d.Lease)
 		return
 	}
 	rs.leases[keyOf(d.Lease)] = false
 	rs.n.registerLease(d.Lease, rs)
-	if len(rs.waiting) > 0 || (rs.o.Credit != nil && !rs.o.Credit.TryTake()) {
-		rs.waiting = append(rs.waiting, waiting{node: node, d: d})
-		return
-	}
 	rs.send(d)
+	rs.mu.Unlock()
 }
 
-// dropWaiting forgets the deliveries from node still waiting for credit.
-func (rs *remoteSub) dropWaiting(node string) {
+// returnToOwner gives a delivery the client had no credit for back to
+// node, its owner, where the stream's window credit stays taken.
+func (rs *remoteSub) returnToOwner(node string, l queue.LeaseRef) {
+	p, err := rs.n.peer(node)
+	if err != nil {
+		return // the stream ends with the link, and the lease with it
+	}
+	p.settleAsync(&pb.SettleRequest{Lease: toPBLease(l), Op: pb.SettleOp_RETURNED})
+}
+
+// grant gives a credit of the client that came back to the next stream
+// that returned a delivery for want of one.
+func (rs *remoteSub) grant() {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	kept := rs.waiting[:0]
-	for _, w := range rs.waiting {
-		if w.node != node {
-			kept = append(kept, w)
+	if rs.closed || len(rs.owed) == 0 {
+		return
+	}
+	nodes := make([]string, 0, len(rs.owed))
+	for node := range rs.owed {
+		nodes = append(nodes, node)
+	}
+	slices.Sort(nodes)
+	node := nodes[rs.next%len(nodes)]
+	rs.next++
+	if rs.owed[node]--; rs.owed[node] <= 0 {
+		delete(rs.owed, node)
+	}
+	if cs := rs.streams[node]; cs != nil {
+		cs.grants++
+		select {
+		case cs.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sendGrants sends the stream's grants up it until ctx ends.
+func (rs *remoteSub) sendGrants(ctx context.Context, s pb.Node_ConsumeClient, cs *consumeStream) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cs.wake:
+		}
+		rs.mu.Lock()
+		n := cs.grants
+		cs.grants = 0
+		rs.mu.Unlock()
+		if n == 0 {
 			continue
 		}
-		delete(rs.leases, keyOf(w.d.Lease))
-		rs.n.forgetLease(w.d.Lease)
+		if err := s.Send(&pb.ConsumeUp{Grant: n}); err != nil {
+			return // the stream ends, and its window with it
+		}
 	}
-	clear(rs.waiting[len(kept):])
-	rs.waiting = kept
 }
 
 // send hands d to the client; rs.mu is held and d's credit taken.
@@ -252,20 +321,6 @@ func (rs *remoteSub) send(d queue.Delivery) {
 	rs.leases[keyOf(d.Lease)] = true
 	rs.n.Metrics().remote.Inc()
 	rs.r.Deliver(d)
-}
-
-// drain sends the waiting deliveries the client's credit allows.
-func (rs *remoteSub) drain() {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	for len(rs.waiting) > 0 && !rs.closed {
-		if rs.o.Credit != nil && !rs.o.Credit.TryTake() {
-			return
-		}
-		d := rs.waiting[0].d
-		rs.waiting = rs.waiting[1:]
-		rs.send(d)
-	}
 }
 
 // settle sends a settlement to the lease's owner; a PUBACK (RECEIVED, or
@@ -319,8 +374,8 @@ func (rs *remoteSub) Close() {
 		return
 	}
 	rs.closed = true
-	for _, cancel := range rs.streams {
-		cancel()
+	for _, cs := range rs.streams {
+		cs.cancel()
 	}
 	rs.streams = nil
 	// The connection, and its credit, are going away: the credits the
@@ -329,7 +384,6 @@ func (rs *remoteSub) Close() {
 		rs.n.forgetLeaseKey(k)
 	}
 	rs.leases = nil
-	rs.waiting = nil
 	rs.mu.Unlock()
 	rs.n.mu.Lock()
 	delete(rs.n.subs, rs)
@@ -379,9 +433,15 @@ func (s *server) Consume(stream pb.Node_ConsumeServer) error {
 	}
 	defer c.Close()
 	go func() {
+		// Credit granted back by the consumer's node (see the top of
+		// this file).
 		for {
-			if _, err := stream.Recv(); err != nil {
+			up, err := stream.Recv()
+			if err != nil {
 				return
+			}
+			for range up.Grant {
+				o.Credit.Give()
 			}
 		}
 	}()

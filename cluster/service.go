@@ -284,6 +284,8 @@ func settleOp(o queue.Outcome) pb.SettleOp {
 		return pb.SettleOp_REJECT
 	case queue.Unsent:
 		return pb.SettleOp_UNSENT
+	case queue.Returned:
+		return pb.SettleOp_RETURNED
 	}
 	return pb.SettleOp_ACK
 }
@@ -299,6 +301,8 @@ func settleHere(m *queue.Manager, l queue.LeaseRef, op pb.SettleOp) error {
 		return m.Settle(l, queue.Reject)
 	case pb.SettleOp_UNSENT:
 		return m.Settle(l, queue.Unsent)
+	case pb.SettleOp_RETURNED:
+		return m.Settle(l, queue.Returned)
 	case pb.SettleOp_RECEIVED:
 		m.Received(l)
 		return nil

@@ -489,7 +489,7 @@ func (c *cursor) settleAdminLocked(m *Message, b *Batch, k *kicks) {
 func (p *partition) revokeLocked(l *Lease, k *kicks) {
 	p.endLeaseLocked(l)
 	if l.explicit && l.received && l.slot {
-		p.freeSlotLocked(l, k)
+		p.freeSlotLocked(l, true, k)
 	}
 }
 

@@ -299,7 +299,7 @@ func (l *Lease) receivedPuback() {
 	p.mu.Lock()
 	l.received = true
 	if !l.active && l.slot {
-		p.freeSlotLocked(l, &k)
+		p.freeSlotLocked(l, true, &k)
 		l.cur.dispatchLocked(p.q.m.now())
 	}
 	p.mu.Unlock()
@@ -320,6 +320,11 @@ const (
 	// its way): the message is back for the group at once, and the
 	// delivery is not counted.
 	Unsent
+	// Returned: as Unsent, for a delivery its connection had no credit
+	// for; the connection's shared credit it took stays taken (the
+	// caller gives it back when the connection has room again), so that
+	// its consumer is offered no more than the connection can take.
+	Returned
 )
 
 // extend renews an active lease for another ack_timeout.

@@ -249,3 +249,20 @@ func TestQueueSharedCreditConcurrentSettles(t *testing.T) {
 		})
 	}
 }
+
+// A delivery returned for want of its connection's credit (a consumer on
+// another node whose client is busy) is at once another consumer's, and
+// the connection's credit it took stays taken until it is given back: the
+// busy connection is offered nothing more meanwhile.
+func TestQueueReturnedDeliveryKeepsTheCredit(t *testing.T) {
+	h := newHarness(t, func(o *queue.Options) { o.Ordering = queue.OrderNone })
+	h.mustPublish("q", kmsg("a", "a1"), kmsg("b", "b1"))
+	busy := h.newCredit(1)
+	h.subscribe("q", "c1", sub{credit: busy})
+	d := h.expect("c1:a1#1")[0]
+	h.mustSettle(d, returned)
+	h.subscribe("q", "c2", sub{prefetch: 1})
+	h.expect("c2:a1#1")
+	busy.Give()
+	h.expect("c1:b1#1")
+}

@@ -347,15 +347,18 @@ const (
 	acked outcome = iota
 	nacked
 	rejected
-	unsent // given back by the consumer's connection before it was written
+	unsent   // given back by the consumer's connection before it was written
+	returned // given back for want of the connection's credit
 )
 
-func (o outcome) String() string { return [...]string{"ack", "nack", "reject", "unsent"}[o] }
+func (o outcome) String() string {
+	return [...]string{"ack", "nack", "reject", "unsent", "returned"}[o]
+}
 
 // settle settles d as its consumer would (PUBACK, or $ack/$nack/$reject
 // for an explicit consumer).
 func (h *harness) settle(d delivery, o outcome) error {
-	return h.m.Settle(d.raw.Lease, [...]queue.Outcome{queue.Ack, queue.Nack, queue.Reject, queue.Unsent}[o])
+	return h.m.Settle(d.raw.Lease, [...]queue.Outcome{queue.Ack, queue.Nack, queue.Reject, queue.Unsent, queue.Returned}[o])
 }
 
 // mustSettle settles d and fails the test on an error.

@@ -193,7 +193,7 @@ func (p *partition) tick(now time.Time, retain bool) (busy bool) {
 		l.cur.g.stats.LeasesLost.Add(1)
 		p.releaseLocked(l, &b, now)
 		if l.explicit && l.received && l.slot {
-			p.freeSlotLocked(l, &k)
+			p.freeSlotLocked(l, true, &k)
 		}
 	}
 	for _, g := range q.groups {
@@ -328,9 +328,10 @@ func (p *partition) endLeaseLocked(l *Lease) {
 	delete(l.cur.out, l.m.Offset)
 }
 
-// freeSlotLocked returns the lease's credit slot to its consumer; the
-// groups that may now deliver more go to k.
-func (p *partition) freeSlotLocked(l *Lease, k *kicks) {
+// freeSlotLocked returns the lease's credit slot to its consumer, and to
+// its connection's shared credit when shared; the groups that may now
+// deliver more go to k.
+func (p *partition) freeSlotLocked(l *Lease, shared bool, k *kicks) {
 	l.slot = false
 	delete(p.slotHeld, l.seq)
 	c := l.consumer
@@ -338,7 +339,7 @@ func (p *partition) freeSlotLocked(l *Lease, k *kicks) {
 		c.credit.Add(1)
 		k.add(c.g)
 	}
-	if c.shared != nil {
+	if shared && c.shared != nil {
 		c.shared.give(k)
 	}
 }

@@ -301,7 +301,7 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 	p.mu.Lock()
 	now := q.m.now()
 	if l.slot {
-		p.freeSlotLocked(l, &k)
+		p.freeSlotLocked(l, o != Returned, &k)
 	}
 	if !l.active {
 		p.mu.Unlock()
@@ -326,7 +326,7 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 		q.stats.Rejected.Add(1)
 		l.cur.g.stats.Rejected.Add(1)
 		q.deadLetterLocked(l.cur, l.m, l.deliveries, ReasonRejected, now)
-	case Unsent:
+	case Unsent, Returned:
 		heap.Push(&l.cur.ready, &pending{m: l.m, deliveries: l.deliveries - 1})
 	}
 	p.flushLocked(&b)

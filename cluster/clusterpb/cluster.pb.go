@@ -120,6 +120,9 @@ const (
 	SettleOp_RECEIVED SettleOp = 3
 	SettleOp_EXTEND   SettleOp = 4
 	SettleOp_UNSENT   SettleOp = 5 // the delivery turned stale before it reached its client
+	// RETURNED: the client had no credit for the delivery; the stream's
+	// window credit stays taken until a grant gives it back.
+	SettleOp_RETURNED SettleOp = 6
 )
 
 // Enum value maps for SettleOp.
@@ -131,6 +134,7 @@ var (
 		3: "RECEIVED",
 		4: "EXTEND",
 		5: "UNSENT",
+		6: "RETURNED",
 	}
 	SettleOp_value = map[string]int32{
 		"ACK":      0,
@@ -139,6 +143,7 @@ var (
 		"RECEIVED": 3,
 		"EXTEND":   4,
 		"UNSENT":   5,
+		"RETURNED": 6,
 	}
 )
 
@@ -2716,7 +2721,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x12\x12\n" +
 	"\x0eBAD_PARTITIONS\x10\v\x12\t\n" +
 	"\x05OTHER\x10\f\x12\x13\n" +
-	"\x0fUNKNOWN_OUTCOME\x10\r*O\n" +
+	"\x0fUNKNOWN_OUTCOME\x10\r*]\n" +
 	"\bSettleOp\x12\a\n" +
 	"\x03ACK\x10\x00\x12\b\n" +
 	"\x04NACK\x10\x01\x12\n" +
@@ -2726,7 +2731,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x06EXTEND\x10\x04\x12\n" +
 	"\n" +
-	"\x06UNSENT\x10\x052\xca\x05\n" +
+	"\x06UNSENT\x10\x05\x12\f\n" +
+	"\bRETURNED\x10\x062\xca\x05\n" +
 	"\x04Node\x12Q\n" +
 	"\aPublish\x12\x1f.shardq.cluster.v1.PublishBatch\x1a!.shardq.cluster.v1.PublishResults(\x010\x01\x12K\n" +
 	"\aConsume\x12\x1c.shardq.cluster.v1.ConsumeUp\x1a\x1e.shardq.cluster.v1.ConsumeDown(\x010\x01\x12M\n" +
