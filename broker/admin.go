@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -485,6 +486,9 @@ func decodeBody(r *http.Request, v any, optional bool) error {
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return unknownField(v, strings.Trim(name, `"`))
+		}
 		return fmt.Errorf("bad JSON body: %w", err)
 	}
 	if dec.More() {
@@ -552,4 +556,56 @@ func (a *adminAPI) reply(w http.ResponseWriter, status int, v any) {
 	if err := enc.Encode(v); err != nil {
 		a.log.Debug("writing an admin answer failed", "err", err)
 	}
+}
+
+// unknownField says which fields v takes, and the one name most likely
+// meant.
+func unknownField(v any, name string) error {
+	var known []string
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() == reflect.Struct {
+		for i := range t.NumField() {
+			tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			if tag != "" && tag != "-" {
+				known = append(known, tag)
+			}
+		}
+	}
+	if len(known) == 0 {
+		return fmt.Errorf("unknown field %q: this call takes no fields", name)
+	}
+	best, bestDist := "", 3 // a guess only within two edits
+	for _, k := range known {
+		if d := editDistance(name, k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	if best != "" {
+		return fmt.Errorf("unknown field %q: did you mean %q? (fields: %s)", name, best, strings.Join(known, ", "))
+	}
+	return fmt.Errorf("unknown field %q (fields: %s)", name, strings.Join(known, ", "))
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -415,7 +415,7 @@ func TestAdminDeclareQueue(t *testing.T) {
 		{`{"ordering": "random"}`, "ordering"},
 		{`{"ack_timeout": "soon"}`, "duration"},
 		{`{"ack_timeout": 30}`, "duration"},
-		{`{"acktimeout": "1s"}`, "unknown field"},
+		{`{"acktimeout": "1s"}`, `unknown field "acktimeout": did you mean "ack_timeout"?`},
 		{`not json`, "bad JSON"},
 		{``, "JSON object"},
 	} {

@@ -157,6 +157,39 @@ var adminCommands = []adminSpec{
 		}},
 }
 
+// adminAliases are other names users reach for.
+var adminAliases = map[string]string{"queue list": "queues", "queue ls": "queues"}
+
+// serverURL turns --server into the node's base URL: an address without
+// a scheme (127.0.0.1:8990) is taken as http.
+func serverURL(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	s = strings.TrimRight(s, "/")
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", fmt.Errorf("--server %q: want the node's HTTP address, like %s or 127.0.0.1:8990 (http.listen in its config)", s, defaultServer)
+	}
+	return s, nil
+}
+
+// unreachable says what a failed call to server most likely means, and
+// what to do about it.
+func unreachable(server string, err error) error {
+	msg := err.Error()
+	switch {
+	case errors.Is(err, io.EOF) || strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "connection reset"):
+		return fmt.Errorf("%s answered, but not with HTTP: is it the node's MQTT port? The admin API is on its HTTP address (http.listen, default %s); pass that as --server", server, config.DefaultHTTP)
+	case strings.Contains(msg, "connection refused"):
+		return fmt.Errorf("nothing listens at %s: is the node running, and is this its HTTP address (http.listen, default %s)? Pass it as --server or SHARDQ_SERVER", server, config.DefaultHTTP)
+	case strings.Contains(msg, "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("%s speaks plain HTTP: use http:// in --server", server)
+	}
+	return fmt.Errorf("calling the node at %s: %w", server, err)
+}
+
 // usageErr is a mistake in a command's arguments found while running it.
 type usageErr struct{ msg string }
 
@@ -176,6 +209,9 @@ func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		}
 		name += " " + rest[0]
 		rest = rest[1:]
+	}
+	if alias, ok := adminAliases[name]; ok {
+		name = alias
 	}
 	i := slices.IndexFunc(adminCommands, func(s adminSpec) bool { return s.name == name })
 	if i < 0 {
@@ -212,12 +248,16 @@ func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	case spec.nargs < 0 && len(pos) < 1:
 		return c.fail(stderr, "want a queue name")
 	}
+	server, err := serverURL(o.server)
+	if err != nil {
+		return c.fail(stderr, "%v", err)
+	}
 	hc, err := httpClient(o.cacert, 5*time.Minute)
 	if err != nil {
 		return c.fail(stderr, "%v", err)
 	}
 	a := &adminCall{
-		c:    &adminClient{server: strings.TrimRight(o.server, "/"), token: o.token, http: hc},
+		c:    &adminClient{server: server, token: o.token, http: hc},
 		out:  &printer{w: stdout, json: o.json},
 		pos:  pos,
 		opts: o,
@@ -313,12 +353,18 @@ func call[T any](ctx context.Context, c *adminClient, method, path string, body 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return unreachable(c.server, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return fmt.Errorf("reading the answer: %w", err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		if c.token == "" {
+			return errors.New("the node wants its admin token: pass --token TOKEN or set SHARDQ_TOKEN (the node's http.admin_token)")
+		}
+		return errors.New("the node refused the token: --token (or SHARDQ_TOKEN) must be the node's http.admin_token")
 	}
 	if resp.StatusCode >= 300 {
 		var e broker.Error

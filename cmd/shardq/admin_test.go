@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -176,10 +177,10 @@ func TestAdminCommands(t *testing.T) {
 			}
 		}
 		fails(t, 1, "no such queue", "queue", "show", "nope", "--server", server, "--token", cliToken)
-		fails(t, 1, "missing bearer token", "queue", "show", "jobs", "--server", server)
+		fails(t, 1, "--token TOKEN or set SHARDQ_TOKEN", "queue", "show", "jobs", "--server", server)
 		fails(t, 2, "want 1 argument", "queue", "show", "--server", server)
 		fails(t, 2, "unknown command", "queue", "frob", "jobs", "--server", server)
-		fails(t, 1, "connection refused", "queue", "show", "jobs", "--server", "http://127.0.0.1:1")
+		fails(t, 1, "nothing listens at", "queue", "show", "jobs", "--server", "http://127.0.0.1:1")
 	})
 
 	var letters []broker.MessageView
@@ -200,8 +201,8 @@ func TestAdminCommands(t *testing.T) {
 	})
 
 	t.Run("dlq replay", func(t *testing.T) {
-		fails(t, 1, "missing bearer token", "dlq", "replay", "jobs", "--id", letters[0].ID, "--server", server)
-		fails(t, 1, "wrong bearer token", "dlq", "replay", "jobs", "--id", letters[0].ID, "--server", server, "--token", "nope")
+		fails(t, 1, "--token TOKEN or set SHARDQ_TOKEN", "dlq", "replay", "jobs", "--id", letters[0].ID, "--server", server)
+		fails(t, 1, "refused the token", "dlq", "replay", "jobs", "--id", letters[0].ID, "--server", server, "--token", "nope")
 		fails(t, 1, "malformed msg-id", "dlq", "replay", "jobs", "--id", "zz", "--server", server, "--token", cliToken)
 		fails(t, 1, "not in jobs/$dlq", "dlq", "replay", "jobs", "--id", "0-99", "--server", server, "--token", cliToken)
 		if v := jobs(t, server); v.DLQ.Depth != 3 || v.Counts.Enqueued != 5 {
@@ -223,7 +224,7 @@ func TestAdminCommands(t *testing.T) {
 	})
 
 	t.Run("group delete", func(t *testing.T) {
-		fails(t, 1, "missing bearer token", "group", "delete", "jobs", "workers", "--server", server)
+		fails(t, 1, "--token TOKEN or set SHARDQ_TOKEN", "group", "delete", "jobs", "workers", "--server", server)
 		fails(t, 1, "no such consumer group", "group", "delete", "jobs", "nope", "--server", server, "--token", cliToken)
 		out := must(t, "group", "delete", "jobs", "workers", "--server", server, "--token", cliToken)
 		if !strings.Contains(out, "deleted group workers of jobs") {
@@ -235,7 +236,7 @@ func TestAdminCommands(t *testing.T) {
 	})
 
 	t.Run("queue purge", func(t *testing.T) {
-		fails(t, 1, "missing bearer token", "queue", "purge", "jobs", "--server", server)
+		fails(t, 1, "--token TOKEN or set SHARDQ_TOKEN", "queue", "purge", "jobs", "--server", server)
 		// Retention may have deleted what the group settled before it was deleted.
 		depth := jobs(t, server).Depth
 		if depth < 3 {
@@ -264,7 +265,7 @@ func TestAdminCommands(t *testing.T) {
 	})
 
 	t.Run("queue delete", func(t *testing.T) {
-		fails(t, 1, "missing bearer token", "queue", "delete", "jobs", "--server", server)
+		fails(t, 1, "--token TOKEN or set SHARDQ_TOKEN", "queue", "delete", "jobs", "--server", server)
 		fails(t, 2, "want 1 argument", "queue", "delete", "--server", server, "--token", cliToken)
 		dead := jobs(t, server).DLQ.Depth
 		out := must(t, "queue", "delete", "jobs", "--server", server, "--token", cliToken)
@@ -292,4 +293,32 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 	}
+}
+
+// TestCLIErrorsSayWhatToDo: the mistakes a new user makes with the admin
+// commands get a sentence that says what to do, not a Go error.
+func TestCLIErrorsSayWhatToDo(t *testing.T) {
+	b, server := startNode(t)
+	hostPort := strings.TrimPrefix(server, "http://")
+
+	// An address without a scheme is the node's HTTP address.
+	must(t, "queues", "--server", hostPort, "--token", cliToken)
+	// queue list is queues.
+	if out := must(t, "queue", "list", "--server", server, "--token", cliToken); !strings.Contains(out, "jobs") {
+		t.Errorf("queue list: want the queues, got %q", out)
+	}
+	fails(t, 1, "--token TOKEN or set SHARDQ_TOKEN", "queues", "--server", server)
+	fails(t, 1, "refused the token", "queues", "--server", server, "--token", "nope")
+	fails(t, 1, "is it the node's MQTT port?", "queues", "--server", b.MQTTAddr(), "--token", cliToken)
+	fails(t, 1, `did you mean "ack_timeout"`, "queue", "declare", "jobs", "ack_timout=5s", "--server", server, "--token", cliToken)
+	fails(t, 2, "want the node's HTTP address", "queues", "--server", "http://")
+
+	// A port nobody listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := l.Addr().String()
+	l.Close()
+	fails(t, 1, "nothing listens at http://"+free, "queues", "--server", free)
 }

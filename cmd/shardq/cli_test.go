@@ -214,3 +214,13 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// TestCLIVersionFlag: shardq --version is shardq version.
+func TestCLIVersionFlag(t *testing.T) {
+	_, want, _ := shardq("version")
+	for _, flag := range []string{"--version", "-v"} {
+		if code, out, errs := shardq(flag); code != 0 || out != want {
+			t.Errorf("shardq %s: exit %d, %q (stderr %q); want %q", flag, code, out, errs, want)
+		}
+	}
+}

@@ -67,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(ctx, rest, stdout, stderr)
 	case "version":
 		return versionCommand(rest, stdout, stderr)
+	case "--version", "-version", "-v":
+		return versionCommand(nil, stdout, stderr)
 	case "health":
 		return healthCommand(ctx, rest, stdout, stderr, os.Getenv)
 	case "queues", "queue", "group", "dlq":
