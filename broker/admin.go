@@ -127,8 +127,8 @@ func (a *adminAPI) single(h http.HandlerFunc) http.HandlerFunc {
 // dlq), or writes the error.
 func (a *adminAPI) resolve(w http.ResponseWriter, r *http.Request, dlq bool) *queue.Queue {
 	name := r.PathValue("queue")
-	if !queue.ValidQueueName(name) {
-		a.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %q", queue.ErrInvalidName, name))
+	if err := queue.CheckQueueName(name); err != nil {
+		a.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %v", queue.ErrInvalidName, err))
 		return nil
 	}
 	q := a.b.manager.Queue(name)
@@ -255,8 +255,8 @@ func ageOf(t, now time.Time) float64 {
 // queue's current ones (or, for a new queue, the config's for that name).
 func (a *adminAPI) declare(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("queue")
-	if !queue.ValidQueueName(name) {
-		a.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %q", queue.ErrInvalidName, name))
+	if err := queue.CheckQueueName(name); err != nil {
+		a.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %v", queue.ErrInvalidName, err))
 		return
 	}
 	base, _ := a.b.cfg.QueueOptions(name)

@@ -93,13 +93,15 @@ func (n *Node) Publish(ctx context.Context, name string, msg *queue.Message, don
 		done(err)
 		return
 	}
+	// Refused before the queue is opened: a refused first publish creates
+	// no queue.
+	if max := n.m.MaxPayload(); max > 0 && len(msg.Payload) > max {
+		done(queue.TooLarge(len(msg.Payload), max))
+		return
+	}
 	q, err := n.open(ctx, name)
 	if err != nil {
 		done(err)
-		return
-	}
-	if max := n.m.MaxPayload(); max > 0 && len(msg.Payload) > max {
-		done(queue.ErrTooLarge)
 		return
 	}
 	id := queue.PartitionID{Queue: q.Name(), Partition: queue.PartitionFor(msg.Key, q.Partitions())}

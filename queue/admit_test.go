@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -46,5 +47,33 @@ func TestManagerAdmitRefusesPublishesNotSettlements(t *testing.T) {
 	ds = r.wait(t, 2)
 	if string(ds[1].Message.Payload) != "after" {
 		t.Fatalf("second delivery %q, want after (the refused message must not exist)", ds[1].Message.Payload)
+	}
+}
+
+// A publish refused before it is stored creates no queue: a payload too
+// large for the node, sent to a name no queue has, leaves no queue behind
+// (a typo or a mistake would otherwise become a permanent queue).
+func TestManagerRefusedFirstPublishCreatesNoQueue(t *testing.T) {
+	m := newManager(t, queuetest.NewMemStore(1), func(o *queue.ManagerOptions) { o.MaxPayload = 8 })
+	if err := publish(t, m, "big", &queue.Message{Key: "a", Payload: []byte("far too large")}); !errors.Is(err, queue.ErrTooLarge) {
+		t.Fatalf("publish of 13 bytes with max_payload 8: %v, want ErrTooLarge", err)
+	}
+	if q := m.Queue("big"); q != nil {
+		t.Fatalf("the refused publish created queue %s", q.Name())
+	}
+	if err := publish(t, m, "big", &queue.Message{Key: "a", Payload: []byte("fits")}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Nor does a subscribe refused for partitions the queue would not have.
+func TestManagerRefusedFirstSubscribeCreatesNoQueue(t *testing.T) {
+	m := newManager(t, queuetest.NewMemStore(1), nil)
+	f := queue.Filter{Queue: "typo", Group: "g"}
+	if _, err := m.Subscribe(context.Background(), f, newRecorder(), queue.ConsumerOptions{Partitions: []int{99}}); !errors.Is(err, queue.ErrBadPartitions) {
+		t.Fatalf("subscribe to partition 99: %v, want ErrBadPartitions", err)
+	}
+	if q := m.Queue("typo"); q != nil {
+		t.Fatalf("the refused subscribe created queue %s", q.Name())
 	}
 }

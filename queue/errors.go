@@ -62,3 +62,9 @@ func (e *StorageError) Error() string   { return "queue: storage failure: " + e.
 func (e *StorageError) Unwrap() []error { return []error{ErrStorage, e.Err} }
 
 func storageError(err error) error { return &StorageError{Err: err} }
+
+// TooLarge is ErrTooLarge for a payload of size bytes over the limit max,
+// naming both.
+func TooLarge(size, max int) error {
+	return fmt.Errorf("%w: the payload is %d bytes, storage.max_payload is %d", ErrTooLarge, size, max)
+}

@@ -238,8 +238,8 @@ func (m *Manager) Open(ctx context.Context, name string) (*Queue, error) {
 	if IsDLQ(name) {
 		parent = name[:len(name)-len(dlqSuffix)]
 	}
-	if !ValidQueueName(parent) {
-		return nil, ErrInvalidTopic
+	if err := CheckQueueName(parent); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidTopic, err)
 	}
 	_, declared := m.opts.Declared[parent]
 	if !declared && !m.opts.AutoCreate {
@@ -326,6 +326,12 @@ func (m *Manager) Publish(ctx context.Context, name string, msg *Message, done f
 			return
 		}
 	}
+	// Refused before the queue is opened: a refused first publish creates
+	// no queue.
+	if m.opts.MaxPayload > 0 && len(msg.Payload) > m.opts.MaxPayload {
+		finish(done, TooLarge(len(msg.Payload), m.opts.MaxPayload))
+		return
+	}
 	q, err := m.Open(ctx, name)
 	if err != nil {
 		finish(done, err)
@@ -336,6 +342,16 @@ func (m *Manager) Publish(ctx context.Context, name string, msg *Message, done f
 
 // Subscribe adds a consumer to the filter's queue and group.
 func (m *Manager) Subscribe(ctx context.Context, f Filter, r Receiver, o ConsumerOptions) (Subscription, error) {
+	if m.Queue(f.Queue) == nil && ValidQueueName(ParentName(f.Queue)) {
+		// Refused before the queue is opened: a refused first subscribe
+		// creates no queue.
+		n := m.optionsFor(ParentName(f.Queue)).Partitions
+		for _, p := range o.Partitions {
+			if p < 0 || p >= n {
+				return nil, fmt.Errorf("%w: partition %d (the queue would have %d)", ErrBadPartitions, p, n)
+			}
+		}
+	}
 	q, err := m.Open(ctx, f.Queue)
 	if err != nil {
 		return nil, err

@@ -94,7 +94,7 @@ func PartitionFor(key string, n int) int {
 // done runs on a goroutine of the log and must not block.
 func (q *Queue) Publish(msg *Message, done func(error)) {
 	if q.m.opts.MaxPayload > 0 && len(msg.Payload) > q.m.opts.MaxPayload {
-		finish(done, ErrTooLarge)
+		finish(done, TooLarge(len(msg.Payload), q.m.opts.MaxPayload))
 		return
 	}
 	p := q.parts[PartitionFor(msg.Key, len(q.parts))]

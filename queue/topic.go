@@ -1,6 +1,9 @@
 package queue
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Topic prefixes and verbs of SPEC section 1.
 const (
@@ -44,18 +47,24 @@ func IsQueueTopic(s string) bool {
 }
 
 // ValidQueueName reports whether name is 1 to 128 characters of A-Z a-z 0-9 _ . -.
-func ValidQueueName(name string) bool {
-	if len(name) == 0 || len(name) > 128 {
-		return false
+func ValidQueueName(name string) bool { return CheckQueueName(name) == nil }
+
+// CheckQueueName says which rule of a queue name name breaks, or nil.
+func CheckQueueName(name string) error {
+	const rule = "a queue name is 1 to 128 characters of A-Z a-z 0-9 _ . -"
+	switch {
+	case len(name) == 0:
+		return fmt.Errorf("the queue name is empty: %s", rule)
+	case len(name) > 128:
+		return fmt.Errorf("the queue name is %d bytes long: %s", len(name), rule)
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	for _, c := range name {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
 		if !ok {
-			return false
+			return fmt.Errorf("the queue name %q holds %q: %s", name, c, rule)
 		}
 	}
-	return true
+	return nil
 }
 
 // DLQName is the internal name of a queue's dead-letter queue.
@@ -87,8 +96,8 @@ func ParseTopic(topic string) (Topic, error) {
 	}
 	rest := topic[len(TopicPrefix):]
 	name, subject, hasSubject := strings.Cut(rest, "/")
-	if !ValidQueueName(name) {
-		return Topic{}, ErrInvalidTopic
+	if err := CheckQueueName(name); err != nil {
+		return Topic{}, fmt.Errorf("%w: %v", ErrInvalidTopic, err)
 	}
 	if !hasSubject {
 		return Topic{Queue: name}, nil
@@ -143,8 +152,8 @@ func ParseFilter(filter string) (Filter, error) {
 		return Filter{}, ErrInvalidFilter
 	}
 	levels := strings.Split(filter[len(TopicPrefix):], "/")
-	if !ValidQueueName(levels[0]) {
-		return Filter{}, ErrInvalidFilter
+	if err := CheckQueueName(levels[0]); err != nil {
+		return Filter{}, fmt.Errorf("%w: %v", ErrInvalidFilter, err)
 	}
 	f.Queue = levels[0]
 	levels = levels[1:]

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -118,6 +119,21 @@ func TestQueueMessageIDRoundTrip(t *testing.T) {
 	for _, bad := range []string{"", "7", "-1", "a-1", "1-b", "1-", "-1-2", "+1-2", "1-+2"} {
 		if _, _, err := ParseMessageID(bad); err == nil {
 			t.Errorf("ParseMessageID(%q) succeeded", bad)
+		}
+	}
+}
+
+// A bad queue name is refused with the rule it breaks.
+func TestQueueNameErrorsNameTheRule(t *testing.T) {
+	for topic, want := range map[string]string{
+		"$queue/":                            "the queue name is empty",
+		"$queue/" + strings.Repeat("x", 129): "129 bytes long",
+		"$queue/orders:eu":                   `holds ':'`,
+		"$queue/ordérs":                      `holds 'é'`,
+	} {
+		_, err := ParseTopic(topic)
+		if !errors.Is(err, ErrInvalidTopic) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "A-Z a-z 0-9 _ . -") {
+			t.Errorf("ParseTopic(%.40q): %v; want ErrInvalidTopic saying %q and the rule", topic, err, want)
 		}
 	}
 }
