@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -233,7 +235,7 @@ func (b *Broker) Serve() error {
 		ln, err := net.Listen("tcp", l.addr)
 		if err != nil {
 			b.closeListeners()
-			return fmt.Errorf("broker: %s listener: %w", l.id, err)
+			return listenError(l.id, l.addr, err)
 		}
 		b.addrs[l.id] = ln.Addr().String()
 		if l.tls {
@@ -253,7 +255,7 @@ func (b *Broker) Serve() error {
 		ln, err := net.Listen("tcp", b.cfg.HTTP)
 		if err != nil {
 			b.closeListeners()
-			return fmt.Errorf("broker: http listener: %w", err)
+			return listenError("http", b.cfg.HTTP, err)
 		}
 		b.httpLn = ln
 		if b.httpCerts != nil {
@@ -285,8 +287,16 @@ func (b *Broker) Serve() error {
 		return err
 	}
 	b.ready.Store(true)
+	console := ""
+	if b.httpLn != nil {
+		scheme := "http"
+		if b.httpCerts != nil {
+			scheme = "https"
+		}
+		console = scheme + "://" + b.HTTPAddr() + "/ui/"
+	}
 	b.log.Info("shardq serving", "node", b.cfg.NodeID, "mqtt", b.addrs["mqtt"], "mqtts", b.addrs["mqtts"],
-		"ws", b.addrs["ws"], "wss", b.addrs["wss"], "http", b.HTTPAddr(), "tls_http", b.httpCerts != nil,
+		"ws", b.addrs["ws"], "wss", b.addrs["wss"], "http", b.HTTPAddr(), "console", console, "tls_http", b.httpCerts != nil,
 		"users", b.policy.Load().users.Len(), "acl_rules", b.policy.Load().acl.Len(), "anonymous", b.policy.Load().anonymous)
 	<-b.done
 	return ErrServerClosed
@@ -425,4 +435,14 @@ func (b *Broker) closeStorage(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// listenError says why the listener id (mqtt, mqtts, ws, wss, http) could
+// not listen on addr, naming the flag and the config key that set it.
+func listenError(id, addr string, err error) error {
+	where := fmt.Sprintf("--%s, listen.%s in the config or SHARDQ_%s", id, id, strings.ToUpper(id))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("cannot listen for %s on %s: the address is in use (another shardq or broker?): stop that process, or give another address (%s)", id, addr, where)
+	}
+	return fmt.Errorf("cannot listen for %s on %s (%s): %w", id, addr, where, err)
 }

@@ -54,6 +54,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case err := <-served:
 			log.Error("stopped", "err", err)
 			_ = b.Shutdown(context.Background())
+			fmt.Fprintf(stderr, "shardq: %v\n", err) // the reason, plain, as the last line
 			return 1
 		case <-hup:
 			log.Info("SIGHUP: reloading users, ACL and certificates")

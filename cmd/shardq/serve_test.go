@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -108,5 +109,22 @@ func TestServePasswd(t *testing.T) {
 		if code := passwdCommand(tc.args, strings.NewReader(tc.stdin), nil, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("passwd %v: exit %d, stderr %q; want %d mentioning %q", tc.args, code, errb.String(), tc.code, tc.want)
 		}
+	}
+}
+
+// TestServePortInUse: a node whose MQTT port is taken exits saying so,
+// naming the flag and the config key that set it, as its last line.
+func TestServePortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var out, errb bytes.Buffer
+	code := run([]string{"serve", "--data-dir", t.TempDir(), "--ws", "", "--http", "", "--mqtt", l.Addr().String()}, &out, &errb)
+	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+	last := lines[len(lines)-1]
+	if code != 1 || !strings.Contains(last, "the address is in use") || !strings.Contains(last, "--mqtt") || !strings.Contains(last, "listen.mqtt") {
+		t.Fatalf("exit %d, last line %q: want exit 1 and a last line saying the address is in use, naming --mqtt and listen.mqtt", code, last)
 	}
 }
