@@ -92,3 +92,42 @@ func payloads(cl *client) string {
 	}
 	return fmt.Sprint(out)
 }
+
+// TestCutConsumerLinkReleasesItsLeases (SPEC 3, SPEC 7: a consumer's
+// messages go back to its group when it is gone): the link between a
+// partition's owner and the node of a consumer holding its messages is
+// cut. The consumer can settle nothing any more; the owner finds the link
+// dead within seconds and gives the messages to the group's consumer on
+// another node, with DUP, rather than after ack_timeout (30 s).
+func TestCutConsumerLinkReleasesItsLeases(t *testing.T) {
+	cfg := configFile(t, "queues:\n  declared:\n    cut:\n      partitions: 1\n      replication_factor: 1\n      ordering: none\n"+
+		"cluster:\n  placement:\n    - queues: \"cut\"\n      nodes: [a]\n")
+	c, _ := newNetCluster(t, []string{"a", "b", "c"}, "--config", cfg)
+	c.start("a")
+	c.start("b")
+	c.start("c")
+	c.waitOwned("cut", 1, 15*time.Second, "a")
+	const filter, n = "$share/g/$queue/cut", 5
+	holder := dialManual(t, c.nodes["b"].mqtt, "holder", 10)
+	holder.subscribe(filter)
+	prod := dial(t, c.nodes["a"].mqtt, "producer", 16)
+	for i := range n {
+		if code, err := prod.publish("$queue/cut", fmt.Sprint("k", i), []byte(fmt.Sprint("m", i))); err != nil || code != 0 {
+			t.Fatalf("publish: %#x %v", code, err)
+		}
+	}
+	waitCount(t, n, 10*time.Second, holder)
+	taker := dial(t, c.nodes["c"].mqtt, "taker", 10)
+	taker.subscribe(filter)
+	if err := c.net.Partition("a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	waitCount(t, n, 15*time.Second, taker)
+	t.Logf("the %d messages the cut-off consumer held came to the other one %s after the cut", n, time.Since(cut).Round(100*time.Millisecond))
+	for _, p := range taker.received() {
+		if !p.Duplicate() {
+			t.Errorf("%s redelivered without DUP", p.Payload)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
 	"github.com/shardq/shardq/queue"
@@ -320,7 +321,14 @@ func (n *Node) listen() error {
 	if n.addr == "" {
 		n.addr = ln.Addr().String()
 	}
-	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}, n.serverAuth()...)
+	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20),
+		// A peer that stopped answering is found out within seconds, as
+		// the peers find this node out (peer.go): its streams end, and
+		// with a consume stream the leases of its consumer, which would
+		// otherwise wait for ack_timeout while its link is cut.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: peerKeepalive, Timeout: peerKeepalive}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepalive / 2, PermitWithoutStream: true}),
+	}, n.serverAuth()...)
 	if n.opts.ServerTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.opts.ServerTLS)))
 	}

@@ -65,7 +65,7 @@ func (n *Node) peer(id string) (*peer, error) {
 		// A peer back after a long cut is dialed again within seconds:
 		// gRPC's default backoff grows to 2 minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: peerBackoff, MinConnectTimeout: 2 * time.Second}),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: peerKeepalive, Timeout: peerKeepalive, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
 		return nil, err
@@ -418,6 +418,11 @@ func (s *settler) fail() {
 	}
 	s.p.mu.Unlock()
 }
+
+// peerKeepalive is how long a link to a peer may be silent before it is
+// pinged, and how long the ping's answer may take before the link is
+// given up: a peer that stopped answering is found out within twice it.
+const peerKeepalive = 2 * time.Second
 
 // peerBackoff is how the links to peers are dialed again: within a
 // second at first, at most every 2 s.
