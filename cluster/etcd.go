@@ -304,6 +304,7 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 	leaving := n.view.leaving
 	n.mu.Unlock()
 	n.log.Warn("lost the cluster lease: serving no partition until joined again")
+	n.Metrics().leasesLost.Inc()
 	n.releaseAll()
 	if leaving {
 		return

@@ -18,6 +18,8 @@ type Metrics struct {
 	claims   prometheus.Counter
 	routed   prometheus.Counter
 	remote   prometheus.Counter
+	// leasesLost counts the cluster leases this node lost in etcd.
+	leasesLost prometheus.Counter
 	// Replication.
 	elections prometheus.Counter
 	// recovering counts the raft groups of this node that take no part in
@@ -51,6 +53,8 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 			Help: "Plain MQTT publishes sent to other nodes' subscribers.", ConstLabels: l}),
 		remote: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_remote_deliveries_total",
 			Help: "Queue deliveries sent to consumers connected to other nodes.", ConstLabels: l}),
+		leasesLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_leases_lost_total",
+			Help: "Times this node lost its cluster lease in etcd (it serves no partition until it joined again).", ConstLabels: l}),
 		recovering: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardq_cluster_raft_recovering_groups",
 			Help: "Raft groups of this node whose log lost entries (salvaged after damage): they take no part in elections until a leader has given them back every committed entry."}),
 		elections: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_leader_changes_total",
@@ -67,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 			Help: "Copies of a partition this leader sent to a replica its compacted raft log had left behind.", ConstLabels: l}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.elections, m.recovering, m.lag, m.proposals, m.copies, m.logWrite} {
+		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.leasesLost, m.elections, m.recovering, m.lag, m.proposals, m.copies, m.logWrite} {
 			reg.MustRegister(c)
 		}
 	}

@@ -49,3 +49,29 @@ func waitReadyz(t *testing.T, n *node, code int, within time.Duration) string {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestNoLeaseFlapAfterEtcdCut: a node cut from etcd past its lease loses
+// it once, joins again once the cut heals, and keeps its new lease: it
+// does not lose it again right after, releasing its partitions a second
+// time.
+func TestNoLeaseFlapAfterEtcdCut(t *testing.T) {
+	c, _ := newNetCluster(t, []string{"a", "b", "c"})
+	c.startThree()
+	a := c.nodes["a"]
+	if err := c.net.Partition("a", etcdNS); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, a, "shardq_cluster_leases_lost_total", func(v float64) bool { return v >= 1 })
+	if err := c.net.Heal("a", etcdNS); err != nil {
+		t.Fatal(err)
+	}
+	waitReadyz(t, a, http.StatusOK, 20*time.Second)
+	// Two lease TTLs (5 s each) with the network whole.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if lost := a.metric(t, "shardq_cluster_leases_lost_total"); lost > 1 {
+			t.Fatalf("a lost its lease %v times; once, in the cut, is all it should:\n%s", lost, a.logTail())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
