@@ -40,6 +40,8 @@ func toPBMessage(m *queue.Message) *pb.Message {
 		ExpiryInterval:  m.Headers.ExpiryInterval,
 		Payload:         m.Payload,
 		DedupId:         m.DedupID,
+		OriginRun:       m.Origin.Run,
+		OriginSeq:       m.Origin.Seq,
 	}
 	if len(m.Headers.User) > 0 {
 		w.User = make([]*pb.Property, len(m.Headers.User))
@@ -74,6 +76,7 @@ func fromPBMessage(w *pb.Message) *queue.Message {
 		},
 		Payload: w.Payload,
 		DedupID: w.DedupId,
+		Origin:  queue.Origin{Run: w.OriginRun, Seq: w.OriginSeq},
 	}
 	if len(w.User) > 0 {
 		m.Headers.User = make([]queue.Property, len(w.User))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -63,8 +64,9 @@ type Options struct {
 	// cluster's rules: the node started last decides for all.
 	PlacementRules []PlacementRule
 	// MoveWait bounds how long a publish waits for its partition to get a
-	// reachable owner (a move, a node starting) before it fails with
-	// ErrNotOwned. Default 3s.
+	// reachable owner (a move, an election, a node starting), and is
+	// routed again after its outcome was lost, before it fails with
+	// ErrNotOwned (0x83). Default 5s.
 	MoveWait time.Duration
 	Logger   *slog.Logger
 	// Plain, when set, is the broker's side of ordinary MQTT between
@@ -103,6 +105,12 @@ type Node struct {
 
 	guard guard
 	raft  *raftHost // nil without a RaftStore
+	// origins: what the partitions here stored lately, by origin; run
+	// and originSeq name the publishes that enter the cluster here
+	// (origins.go).
+	origins   *origins
+	run       uint64
+	originSeq atomic.Uint64
 	// unreachable is why a member cannot be reached, nil when every one
 	// can (checkPeers). Guarded by mu.
 	unreachable error
@@ -149,7 +157,7 @@ func New(o Options) (*Node, error) {
 		o.LeaseTTL = 5 * time.Second
 	}
 	if o.MoveWait <= 0 {
-		o.MoveWait = 3 * time.Second
+		o.MoveWait = 5 * time.Second
 	}
 	if o.RaftLogKeep <= 0 {
 		o.RaftLogKeep = 5000
@@ -165,7 +173,8 @@ func New(o Options) (*Node, error) {
 	}
 	n := &Node{opts: o, log: o.Logger.With("component", "cluster"), keys: keys{o.Prefix},
 		peers: map[string]*peer{}, moving: map[queue.PartitionID]bool{}, subs: map[*remoteSub]struct{}{}, watched: map[*queue.Credit]bool{}, gone: map[string]time.Time{},
-		changed: make(chan struct{}, 1), notify: make(chan struct{}), view: newView()}
+		changed: make(chan struct{}, 1), notify: make(chan struct{}), view: newView(),
+		origins: newOrigins(), run: rand.Uint64()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if o.RaftStore != nil {
 		n.raft = newRaftHost(n, o.RaftStore)

@@ -350,6 +350,9 @@ func (r *replica) Apply(ents []*rpb.Entry) {
 				r.markStored(index, len(ps))
 				for i, p := range ps {
 					b := new(queue.Batch)
+					if p.msg != nil && p.msg.Origin != (queue.Origin{}) {
+						h.n.origins.stored(p.msg.Origin)
+					}
 					if p.msg != nil {
 						b.Appends = append(b.Appends, queue.Append{Queue: p.log.id.Queue, Partition: p.log.id.Partition, Message: p.msg})
 					}
@@ -374,7 +377,10 @@ func (r *replica) Apply(ents []*rpb.Entry) {
 		r.markStored(index, len(re.Writes))
 		for _, w := range re.Writes {
 			id := queue.PartitionID{Queue: w.Queue, Partition: r.id.Partition}
-			_, b := fromLogWrite(id, w)
+			msg, b := fromLogWrite(id, w)
+			if msg != nil && msg.Origin != (queue.Origin{}) {
+				h.n.origins.stored(msg.Origin)
+			}
 			r.store1(index, id, nil, b)
 		}
 	}

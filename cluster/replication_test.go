@@ -178,7 +178,9 @@ func waitTotal(t *testing.T, ls []*ledger, n int) {
 
 // TestLeaderPaused: a leader paused past the election timeout loses its
 // partitions to other replicas; resumed, it cannot commit what it
-// accepted meanwhile, and no acknowledged message is lost.
+// accepted meanwhile, and no acknowledged message is lost. Producers on
+// the other nodes get 0x00 for every publish: those in flight to the
+// paused leader are routed again to the new one.
 func TestLeaderPaused(t *testing.T) {
 	c := newCluster(t)
 	stop := make(chan struct{})
@@ -215,8 +217,8 @@ func TestLeaderPaused(t *testing.T) {
 	got := consumeAll(t, c.nodes[victim], "g", ledgers...)
 	for _, l := range ledgers {
 		l.check(t, got)
-		t.Logf("codes %v", l.codes)
 	}
+	onlyAcked(t, ledgers, victim)
 	checkOrder(t, got)
 }
 
@@ -406,4 +408,52 @@ func (c *testCluster) replicas(queue string) map[int][]string {
 		out[p] = o.Replicas
 	}
 	return out
+}
+
+// TestFailoverInvisibleToProducers (SPEC 7, Failover): the leader of most
+// partitions is killed under load; producers connected to the other nodes
+// get 0x00 for every publish (their publishes in flight to the dead
+// leader are routed again to the new one, with the same origin), and
+// every message is stored once.
+func TestFailoverInvisibleToProducers(t *testing.T) {
+	c := newCluster(t)
+	stop := make(chan struct{})
+	ledgers, dones := c.underLoad(stop)
+	victim := c.mostOwned("orders")
+	before := total(ledgers)
+	c.nodes[victim].kill()
+	killed := time.Now()
+	took := c.waitFailover("orders", 8, victim, killed, 20*time.Second)
+	waitTotal(t, ledgers, before+300)
+	close(stop)
+	for _, d := range dones {
+		<-d
+	}
+	c.start(victim)
+	c.waitOwned("orders", 8, 15*time.Second, "a", "b", "c")
+	t.Logf("failover after SIGKILL of %s: %s", victim, took)
+	got := consumeAll(t, c.nodes["a"], "g", ledgers...)
+	for _, l := range ledgers {
+		l.check(t, got)
+	}
+	onlyAcked(t, ledgers, victim)
+	checkOrder(t, got)
+}
+
+// onlyAcked checks that the producers of produceFromAll on the nodes other
+// than victim got 0x00 for every publish.
+func onlyAcked(t *testing.T, ledgers []*ledger, victim string) {
+	t.Helper()
+	for i, l := range ledgers {
+		node := []string{"a", "b", "c"}[i]
+		t.Logf("producer on %s: codes %v", node, l.codeCounts())
+		if node == victim {
+			continue
+		}
+		for code, n := range l.codeCounts() {
+			if code != 0 {
+				t.Errorf("producer on %s, a node that stayed up: %d publishes answered %#x", node, n, code)
+			}
+		}
+	}
 }

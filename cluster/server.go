@@ -76,7 +76,7 @@ func (s *server) Publish(stream pb.Node_PublishServer) error {
 				answer(toResult(seq, notServed(id)))
 				continue
 			}
-			s.n.m.Publish(ctx, p.Queue, fromPBMessage(p.Message), func(err error) { answer(toResult(seq, err)) })
+			s.n.publishHere(ctx, id, fromPBMessage(p.Message), func(err error) { answer(toResult(seq, err)) })
 		}
 		mu.Lock()
 		err = sendErr

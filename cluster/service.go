@@ -104,21 +104,26 @@ func (n *Node) Publish(ctx context.Context, name string, msg *queue.Message, don
 		done(err)
 		return
 	}
+	if msg.Origin == (queue.Origin{}) {
+		msg.Origin = queue.Origin{Run: n.run, Seq: n.originSeq.Add(1)}
+	}
 	id := queue.PartitionID{Queue: q.Name(), Partition: queue.PartitionFor(msg.Key, q.Partitions())}
 	n.route(ctx, id, msg, done, time.Now().Add(n.opts.MoveWait))
 }
 
 func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Message, done func(error), deadline time.Time) {
 	retry := func(err error) bool {
+		// An unknown outcome is routed again only with an origin: the
+		// owner stores a publish once per origin (origins.go).
 		var le *unknownOutcome
-		if !errors.Is(err, queue.ErrNotOwned) || errors.As(err, &le) || time.Now().After(deadline) {
+		if !errors.Is(err, queue.ErrNotOwned) || errors.As(err, &le) && msg.Origin == (queue.Origin{}) || time.Now().After(deadline) {
 			return false
 		}
 		go n.waitAndRoute(ctx, id, msg, done, deadline)
 		return true
 	}
 	if _, owned := n.m.Owned(id); owned {
-		n.m.Publish(ctx, id.Queue, msg, func(err error) {
+		n.publishHere(ctx, id, msg, func(err error) {
 			if err != nil && retry(err) {
 				return
 			}
@@ -138,7 +143,9 @@ func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Messa
 			})
 			return
 		case !errors.Is(err, errNotMember):
-			done(&unknownOutcome{unavailable(id, owner, err)})
+			if uo := (&unknownOutcome{unavailable(id, owner, err)}); !retry(uo) {
+				done(uo)
+			}
 			return
 		case n.replicationFactor(id.Queue) <= 1:
 			// Its owner is down: with one replica, nobody else has its
@@ -312,4 +319,28 @@ func settleHere(m *queue.Manager, l queue.LeaseRef, op pb.SettleOp) error {
 		return m.Extend(l)
 	}
 	return fmt.Errorf("cluster: unknown settle operation %v", op)
+}
+
+// publishHere stores msg in partition id, which this node serves, once
+// per origin: a publish whose origin it stored already is answered as
+// stored; one whose first copy is still on its way here is routed again a
+// moment later.
+func (n *Node) publishHere(ctx context.Context, id queue.PartitionID, msg *queue.Message, done func(error)) {
+	o := msg.Origin
+	if o == (queue.Origin{}) {
+		n.m.Publish(ctx, id.Queue, msg, done)
+		return
+	}
+	switch n.origins.begin(o) {
+	case originStored:
+		done(nil)
+		return
+	case originPending:
+		done(fmt.Errorf("%w: %s: the same publish is being stored", queue.ErrNotOwned, id))
+		return
+	}
+	n.m.Publish(ctx, id.Queue, msg, func(err error) {
+		n.origins.end(o, err == nil)
+		done(err)
+	})
 }

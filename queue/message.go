@@ -47,7 +47,17 @@ type Message struct {
 	// DedupID, when set, makes a publish with the same id within the
 	// queue's dedup window a duplicate: acknowledged, stored once.
 	DedupID string
+
+	// Origin names the publish where it entered a cluster, so that a
+	// publish routed again after its outcome was lost (a leader that
+	// stepped down, a link that broke) is stored once. Zero outside a
+	// cluster; not stored with the message.
+	Origin Origin
 }
+
+// Origin names one publish: the run of the node it entered the cluster
+// through (a random number per process) and its number in that run.
+type Origin struct{ Run, Seq uint64 }
 
 // DeadLetter records why and from where a message was dead-lettered.
 type DeadLetter struct {

@@ -319,8 +319,13 @@ type Message struct {
 	Payload         []byte                 `protobuf:"bytes,13,opt,name=payload,proto3" json:"payload,omitempty"`
 	DeadLetter      *DeadLetter            `protobuf:"bytes,14,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
 	DedupId         string                 `protobuf:"bytes,15,opt,name=dedup_id,json=dedupId,proto3" json:"dedup_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// origin_run and origin_seq name the publish where it entered the
+	// cluster (queue.Origin): the owner stores it once however often it is
+	// routed again.
+	OriginRun     uint64 `protobuf:"fixed64,16,opt,name=origin_run,json=originRun,proto3" json:"origin_run,omitempty"`
+	OriginSeq     uint64 `protobuf:"varint,17,opt,name=origin_seq,json=originSeq,proto3" json:"origin_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
@@ -456,6 +461,20 @@ func (x *Message) GetDedupId() string {
 		return x.DedupId
 	}
 	return ""
+}
+
+func (x *Message) GetOriginRun() uint64 {
+	if x != nil {
+		return x.OriginRun
+	}
+	return 0
+}
+
+func (x *Message) GetOriginSeq() uint64 {
+	if x != nil {
+		return x.OriginSeq
+	}
+	return 0
 }
 
 type Publish struct {
@@ -2522,7 +2541,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x04 \x01(\rR\n" +
 	"deliveries\x12\x14\n" +
-	"\x05group\x18\x05 \x01(\tR\x05group\"\x97\x04\n" +
+	"\x05group\x18\x05 \x01(\tR\x05group\"\xd5\x04\n" +
 	"\aMessage\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
@@ -2543,7 +2562,11 @@ const file_cluster_proto_rawDesc = "" +
 	"\apayload\x18\r \x01(\fR\apayload\x12>\n" +
 	"\vdead_letter\x18\x0e \x01(\v2\x1d.shardq.cluster.v1.DeadLetterR\n" +
 	"deadLetter\x12\x19\n" +
-	"\bdedup_id\x18\x0f \x01(\tR\adedupId\"\x85\x01\n" +
+	"\bdedup_id\x18\x0f \x01(\tR\adedupId\x12\x1d\n" +
+	"\n" +
+	"origin_run\x18\x10 \x01(\x06R\toriginRun\x12\x1d\n" +
+	"\n" +
+	"origin_seq\x18\x11 \x01(\x04R\toriginSeq\"\x85\x01\n" +
 	"\aPublish\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x1c\n" +
