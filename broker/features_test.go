@@ -479,3 +479,28 @@ func waitDepth(t *testing.T, b *testBroker, name string, n uint64) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestRefusedSubscribeCreatesNoQueue: a subscription refused for its
+// partitions, to a queue no one created yet, leaves no queue behind, and
+// the same subscription done right creates it (issue: a typo became a
+// queue).
+func TestRefusedSubscribeCreatesNoQueue(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	c := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+	if rc := c.subscribe(1, map[string]string{"partitions": "99"}, "$share/g/$queue/typo"); rc[0] != 0x8F {
+		t.Fatalf("partitions=99: SUBACK %#x, want 0x8F", rc[0])
+	}
+	if q := b.Manager().Queue("typo"); q != nil {
+		t.Fatalf("the refused subscription created queue %s", q.Name())
+	}
+	if rc := c.subscribe(1, map[string]string{"partitions": "0"}, "$share/g/$queue/typo"); rc[0] != 1 {
+		t.Fatalf("partitions=0: SUBACK %#x, want 1", rc[0])
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Manager().Queue("typo") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the accepted subscription did not create the queue")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

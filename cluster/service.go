@@ -67,21 +67,27 @@ func (n *Node) open(ctx context.Context, name string) (*queue.Queue, error) {
 }
 
 // Partitions returns the named queue's partition count.
+// Asking creates nothing (see queue.Manager.Partitions).
 func (n *Node) Partitions(ctx context.Context, name string) (int, error) {
-	q, err := n.open(ctx, name)
-	if err != nil {
-		return 0, err
+	if q := n.m.Queue(name); q != nil {
+		return q.Partitions(), nil
 	}
-	return q.Partitions(), nil
+	if e, ok := n.catalog(name); ok {
+		return e.partitions, nil
+	}
+	return n.m.Partitions(ctx, name)
 }
 
 // CheckPartitions checks a claim of partitions by a consumer here.
 func (n *Node) CheckPartitions(ctx context.Context, name, group string, ps []int) error {
-	q, err := n.open(ctx, name)
+	if q := n.m.Queue(name); q != nil {
+		return q.CheckPartitions(group, ps)
+	}
+	count, err := n.Partitions(ctx, name)
 	if err != nil {
 		return err
 	}
-	return q.CheckPartitions(group, ps)
+	return queue.CheckPartitionsOf(count, ps)
 }
 
 // Publish stores msg in its partition, on whichever node owns it; done

@@ -342,15 +342,10 @@ func (m *Manager) Publish(ctx context.Context, name string, msg *Message, done f
 
 // Subscribe adds a consumer to the filter's queue and group.
 func (m *Manager) Subscribe(ctx context.Context, f Filter, r Receiver, o ConsumerOptions) (Subscription, error) {
-	if m.Queue(f.Queue) == nil && ValidQueueName(ParentName(f.Queue)) {
-		// Refused before the queue is opened: a refused first subscribe
-		// creates no queue.
-		n := m.optionsFor(ParentName(f.Queue)).Partitions
-		for _, p := range o.Partitions {
-			if p < 0 || p >= n {
-				return nil, fmt.Errorf("%w: partition %d (the queue would have %d)", ErrBadPartitions, p, n)
-			}
-		}
+	// Refused before the queue is opened: a refused first subscribe
+	// creates no queue.
+	if err := m.CheckPartitions(ctx, f.Queue, f.Group, o.Partitions); err != nil {
+		return nil, err
 	}
 	q, err := m.Open(ctx, f.Queue)
 	if err != nil {

@@ -214,8 +214,8 @@ func (q *Queue) Partitions() int { return len(q.parts) }
 // created with here, and whether the config declares it: ErrNoSuchQueue
 // when it is not declared and auto_create is off.
 func (m *Manager) NewQueueOptions(name string) (Options, bool, error) {
-	if !ValidQueueName(name) {
-		return Options{}, false, ErrInvalidTopic
+	if err := CheckQueueName(name); err != nil {
+		return Options{}, false, fmt.Errorf("%w: %v", ErrInvalidTopic, err)
 	}
 	_, declared := m.opts.Declared[name]
 	if !declared && !m.opts.AutoCreate {

@@ -265,10 +265,10 @@ func (q *Queue) CheckPartitions(group string, ps []int) error {
 }
 
 func (q *Queue) checkPartitionsLocked(g *group, name string, ps []int) error {
+	if err := CheckPartitionsOf(len(q.parts), ps); err != nil {
+		return err
+	}
 	for _, p := range ps {
-		if p < 0 || p >= len(q.parts) {
-			return fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, p, len(q.parts))
-		}
 		if g != nil && g.claimed[p] != nil {
 			return fmt.Errorf("%w: partition %d is taken by another consumer of group %s", ErrBadPartitions, p, name)
 		}

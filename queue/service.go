@@ -45,22 +45,41 @@ var (
 	_ Subscription = (*Consumer)(nil)
 )
 
-// Partitions opens the named queue and returns its partition count.
+// Partitions returns the named queue's partition count, or the count it
+// would have for a queue not created yet: asking creates nothing (a
+// subscription refused after it must leave no queue behind).
 func (m *Manager) Partitions(ctx context.Context, queue string) (int, error) {
-	q, err := m.Open(ctx, queue)
+	if q := m.Queue(queue); q != nil {
+		return len(q.parts), nil
+	}
+	o, _, err := m.NewQueueOptions(ParentName(queue))
 	if err != nil {
 		return 0, err
 	}
-	return len(q.parts), nil
+	return o.Partitions, nil
 }
 
-// CheckPartitions opens the named queue and checks a claim of partitions ps.
+// CheckPartitions checks a claim of partitions ps on the named queue (on
+// the partitions it would have, for a queue not created yet).
 func (m *Manager) CheckPartitions(ctx context.Context, queue, group string, ps []int) error {
-	q, err := m.Open(ctx, queue)
+	if q := m.Queue(queue); q != nil {
+		return q.CheckPartitions(group, ps)
+	}
+	n, err := m.Partitions(ctx, queue)
 	if err != nil {
 		return err
 	}
-	return q.CheckPartitions(group, ps)
+	return CheckPartitionsOf(n, ps)
+}
+
+// CheckPartitionsOf checks that the partitions ps exist in a queue of n.
+func CheckPartitionsOf(n int, ps []int) error {
+	for _, p := range ps {
+		if p < 0 || p >= n {
+			return fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, p, n)
+		}
+	}
+	return nil
 }
 
 // Settle ends the delivery l names with o.
