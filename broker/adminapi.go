@@ -100,6 +100,7 @@ type Settings struct {
 	MaxDeliveries   int              `json:"max_deliveries"`
 	Prefetch        int              `json:"prefetch"`
 	Durability      queue.Durability `json:"durability"`
+	QoS0            queue.QoS0Policy `json:"qos0"`
 	MaxAge          Duration         `json:"max_age"`
 	MaxMessages     int64            `json:"max_messages"`
 	MaxBytes        int64            `json:"max_bytes"`
@@ -112,7 +113,7 @@ type Settings struct {
 func settingsOf(o queue.Options) Settings {
 	return Settings{
 		Partitions: o.Partitions, Ordering: o.Ordering, AckTimeout: Duration(o.AckTimeout),
-		MaxDeliveries: o.MaxDeliveries, Prefetch: o.Prefetch, Durability: o.Durability,
+		MaxDeliveries: o.MaxDeliveries, Prefetch: o.Prefetch, Durability: o.Durability, QoS0: o.QoS0,
 		MaxAge: Duration(o.MaxAge), MaxMessages: o.MaxMessages, MaxBytes: o.MaxBytes, Overflow: o.Overflow,
 		RetryBackoff: Duration(o.RetryBackoff), RetryBackoffMax: Duration(o.RetryBackoffMax), DedupWindow: Duration(o.DedupWindow),
 	}
@@ -122,7 +123,7 @@ func settingsOf(o queue.Options) Settings {
 func (s Settings) Options() queue.Options {
 	return queue.Options{
 		Partitions: s.Partitions, Ordering: s.Ordering, AckTimeout: time.Duration(s.AckTimeout),
-		MaxDeliveries: s.MaxDeliveries, Prefetch: s.Prefetch, Durability: s.Durability,
+		MaxDeliveries: s.MaxDeliveries, Prefetch: s.Prefetch, Durability: s.Durability, QoS0: s.QoS0,
 		MaxAge: time.Duration(s.MaxAge), MaxMessages: s.MaxMessages, MaxBytes: s.MaxBytes, Overflow: s.Overflow,
 		RetryBackoff: time.Duration(s.RetryBackoff), RetryBackoffMax: time.Duration(s.RetryBackoffMax), DedupWindow: time.Duration(s.DedupWindow),
 	}

@@ -1,8 +1,12 @@
 package broker_test
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -503,4 +507,50 @@ func TestRefusedSubscribeCreatesNoQueue(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestQoS0Consumers: a queue with qos0: refuse answers a QoS 0
+// subscription SUBACK 0x8F and takes a QoS 1 one; on a queue that allows
+// them (the default), the first QoS 0 consumer of a group is warned of in
+// the log, once.
+func TestQoS0Consumers(t *testing.T) {
+	var logged syncBuffer
+	b := startBrokerLogging(t, t.TempDir(), func(c *config.Config) {
+		o := c.Queues.Defaults
+		o.QoS0 = queue.QoS0Refuse
+		c.Queues.Declared["strict"] = o
+	}, slog.New(slog.NewTextHandler(&logged, nil)))
+	c := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+	if rc := c.subscribe(0, nil, "$share/g/$queue/strict"); rc[0] != 0x8F {
+		t.Errorf("QoS 0 subscription to a qos0: refuse queue: SUBACK %#x, want 0x8F", rc[0])
+	}
+	if rc := c.subscribe(1, nil, "$share/g/$queue/strict"); rc[0] != 1 {
+		t.Errorf("QoS 1 subscription to it: SUBACK %#x, want 1", rc[0])
+	}
+	for range 2 {
+		if rc := c.subscribe(0, nil, "$share/telemetry/$queue/loose"); rc[0] != 0 {
+			t.Errorf("QoS 0 subscription to a queue that allows it: SUBACK %#x, want 0", rc[0])
+		}
+	}
+	if n := strings.Count(logged.String(), "consumed at QoS 0"); n != 1 || !strings.Contains(logged.String(), "group=telemetry") {
+		t.Errorf("warnings of group telemetry consumed at QoS 0: %d, want 1:\n%s", n, logged.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -27,6 +27,16 @@ type testBroker struct {
 // startBroker starts a broker; edit adjusts the config first.
 func startBroker(t testing.TB, dir string, edit func(*config.Config)) *testBroker {
 	t.Helper()
+	var log *slog.Logger
+	if os.Getenv("SHARDQ_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return startBrokerLogging(t, dir, edit, log)
+}
+
+// startBrokerLogging is startBroker logging to log.
+func startBrokerLogging(t testing.TB, dir string, edit func(*config.Config), log *slog.Logger) *testBroker {
+	t.Helper()
 	cfg := config.Default()
 	cfg.DataDir = dir
 	cfg.MQTT = "127.0.0.1:0"
@@ -34,10 +44,6 @@ func startBroker(t testing.TB, dir string, edit func(*config.Config)) *testBroke
 	cfg.HTTP = "127.0.0.1:0"
 	if edit != nil {
 		edit(cfg)
-	}
-	var log *slog.Logger
-	if os.Getenv("SHARDQ_TEST_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	b, err := broker.New(cfg, log)
 	if err != nil {

@@ -71,12 +71,22 @@ func (l *limitedQueues) Publish(ctx context.Context, name string, msg *queue.Mes
 	})
 }
 
-// Partitions checks the queue limit, then opens the queue.
-func (l *limitedQueues) Partitions(ctx context.Context, name string) (int, error) {
+// Create checks the queue limit, then creates the queue.
+func (l *limitedQueues) Create(ctx context.Context, name string) error {
 	if err := l.ensure(ctx, name); err != nil {
-		return 0, err
+		return err
 	}
-	return l.svc.Partitions(ctx, name)
+	return l.svc.Create(ctx, name)
+}
+
+// Settings refuses a queue the limit would not let be created, and
+// creates nothing.
+func (l *limitedQueues) Settings(ctx context.Context, name string) (queue.Options, error) {
+	if l.wouldExceed(name) {
+		l.sec.limit(limitMaxQueues)
+		return queue.Options{}, fmt.Errorf("%w: limits.max_queues (%d) reached; queue %q not created", hooks.ErrQuotaExceeded, l.cfg.Limits.MaxQueues, parentQueue(name))
+	}
+	return l.svc.Settings(ctx, name)
 }
 
 // Subscribe checks the queue limit, then subscribes.
@@ -118,8 +128,7 @@ func (l *limitedQueues) ensure(ctx context.Context, name string) error {
 		l.sec.limit(limitMaxQueues)
 		return fmt.Errorf("%w: limits.max_queues (%d) reached; queue %q not created", hooks.ErrQuotaExceeded, max, parent)
 	}
-	_, err := l.svc.Partitions(ctx, parent)
-	return err
+	return l.svc.Create(ctx, parent)
 }
 
 // The calls below go to the service as they are.

@@ -66,16 +66,26 @@ func (n *Node) open(ctx context.Context, name string) (*queue.Queue, error) {
 	return q, nil
 }
 
-// Partitions returns the named queue's partition count.
-// Asking creates nothing (see queue.Manager.Partitions).
-func (n *Node) Partitions(ctx context.Context, name string) (int, error) {
+// Create creates the named queue, in the cluster's catalog first.
+func (n *Node) Create(ctx context.Context, name string) error {
+	_, err := n.open(ctx, name)
+	return err
+}
+
+// Settings returns the named queue's settings, or those it would have,
+// with the cluster's partition count; asking creates nothing.
+func (n *Node) Settings(ctx context.Context, name string) (queue.Options, error) {
 	if q := n.m.Queue(name); q != nil {
-		return q.Partitions(), nil
+		return q.Options(), nil
+	}
+	o, err := n.m.Settings(ctx, name)
+	if err != nil {
+		return o, err
 	}
 	if e, ok := n.catalog(name); ok {
-		return e.partitions, nil
+		o.Partitions = e.partitions
 	}
-	return n.m.Partitions(ctx, name)
+	return o, nil
 }
 
 // CheckPartitions checks a claim of partitions by a consumer here.
@@ -83,11 +93,11 @@ func (n *Node) CheckPartitions(ctx context.Context, name, group string, ps []int
 	if q := n.m.Queue(name); q != nil {
 		return q.CheckPartitions(group, ps)
 	}
-	count, err := n.Partitions(ctx, name)
+	o, err := n.Settings(ctx, name)
 	if err != nil {
 		return err
 	}
-	return queue.CheckPartitionsOf(count, ps)
+	return queue.CheckPartitionsOf(o.Partitions, ps)
 }
 
 // Publish stores msg in its partition, on whichever node owns it; done

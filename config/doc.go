@@ -63,6 +63,7 @@
 //	    retry_backoff_max: 5m
 //	    prefetch: 64
 //	    durability: fsync   # fsync | async
+//	    qos0: allow         # allow | refuse: subscriptions at QoS 0
 //	    max_age: 168h
 //	    max_messages: 0     # 0: no limit
 //	    max_bytes: 0

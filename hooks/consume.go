@@ -55,14 +55,20 @@ func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 			continue
 		}
 		f, err := queue.ParseFilter(sub.Filter)
-		var n int
+		var qo queue.Options
 		if err == nil {
-			n, err = h.m.Partitions(h.ctx, f.Queue)
+			qo, err = h.m.Settings(h.ctx, f.Queue)
+		}
+		if err == nil && sub.Qos == 0 && qo.QoS0 == queue.QoS0Refuse {
+			err = fmt.Errorf("queue %s takes QoS 1 subscriptions only (qos0: refuse)", f.Queue)
 		}
 		if err == nil {
 			var o subOptions
-			if o, err = subscriptionOptions(f, sub, pk.Properties.User, n); err == nil && len(o.Partitions) > 0 {
+			if o, err = subscriptionOptions(f, sub, pk.Properties.User, qo.Partitions); err == nil && len(o.Partitions) > 0 {
 				err = h.m.CheckPartitions(h.ctx, f.Queue, o.filter.Group, o.Partitions)
+			}
+			if err == nil && sub.Qos == 0 {
+				h.warnQoS0(cl, f.Queue, o.filter.Group)
 			}
 		}
 		if err != nil {
@@ -224,12 +230,12 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 	if err != nil {
 		return nil
 	}
-	n, err := h.m.Partitions(h.ctx, f.Queue)
+	qo, err := h.m.Settings(h.ctx, f.Queue)
 	if err != nil {
 		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
 		return nil
 	}
-	o, err := subscriptionOptions(f, sub, props, n)
+	o, err := subscriptionOptions(f, sub, props, qo.Partitions)
 	if err != nil {
 		return nil
 	}
@@ -372,4 +378,15 @@ func (c *conn) reservePacketID() (uint16, bool) {
 		}
 	}
 	return 0, false
+}
+
+// warnQoS0 logs, once per queue and group, that a consumer subscribed at
+// QoS 0: its deliveries settle as they are sent, so a consumer that fails
+// loses what it was sent, and mosquitto_sub's default QoS is 0.
+func (h *Hook) warnQoS0(cl *mqtt.Client, q, group string) {
+	if _, seen := h.qos0Warned.LoadOrStore(q+"\x00"+group, true); seen {
+		return
+	}
+	h.log.Warn("a queue group is consumed at QoS 0: its deliveries settle as they are sent, and a consumer that fails loses them; subscribe at QoS 1 (mosquitto_sub -q 1), or set the queue's qos0: refuse",
+		"queue", q, "group", group, "client", cl.ID)
 }

@@ -51,6 +51,8 @@ type Hook struct {
 	ctx  context.Context
 
 	conns sync.Map // *mqtt.Client -> *conn
+	// qos0Warned: the queue and group pairs warned of a QoS 0 consumer.
+	qos0Warned sync.Map
 
 	mu   sync.Mutex
 	byID map[string]*conn // the live conn of each client ID

@@ -63,6 +63,8 @@ type Options struct {
 	MaxDeliveries int           `yaml:"max_deliveries" json:"max_deliveries"`
 	Prefetch      int           `yaml:"prefetch" json:"prefetch"`
 	Durability    Durability    `yaml:"durability" json:"durability"`
+	// QoS0 says whether a consumer may subscribe at QoS 0 ("" is allow).
+	QoS0 QoS0Policy `yaml:"qos0" json:"qos0"`
 
 	// Retention.
 	MaxAge      time.Duration `yaml:"max_age" json:"max_age"`
@@ -92,6 +94,7 @@ func DefaultOptions() Options {
 		MaxDeliveries:   5,
 		Prefetch:        64,
 		Durability:      DurabilityFsync,
+		QoS0:            QoS0Allow,
 		MaxAge:          168 * time.Hour,
 		Overflow:        OverflowReject,
 		RetryBackoff:    time.Second,
@@ -99,6 +102,19 @@ func DefaultOptions() Options {
 		DedupWindow:     2 * time.Minute,
 	}
 }
+
+// QoS0Policy says what a queue does with a QoS 0 subscription, whose
+// deliveries settle as they are sent (at most once: a consumer that fails
+// loses what it was sent).
+type QoS0Policy string
+
+const (
+	// QoS0Allow takes it, and logs a warning once per group.
+	QoS0Allow QoS0Policy = "allow"
+	// QoS0Refuse refuses it (SUBACK 0x8F): the queue's consumers must
+	// subscribe at QoS 1 and settle each message.
+	QoS0Refuse QoS0Policy = "refuse"
+)
 
 // MaxPartitions bounds a queue's partition count.
 const MaxPartitions = 4096
@@ -118,6 +134,8 @@ func (o Options) Validate() error {
 		return &FieldError{"prefetch", fmt.Sprintf("must be between 1 and 65535, got %d", o.Prefetch)}
 	case o.Durability != DurabilityFsync && o.Durability != DurabilityAsync:
 		return &FieldError{"durability", fmt.Sprintf("must be fsync or async, got %q", o.Durability)}
+	case o.QoS0 != "" && o.QoS0 != QoS0Allow && o.QoS0 != QoS0Refuse:
+		return &FieldError{"qos0", fmt.Sprintf("must be allow or refuse, got %q", o.QoS0)}
 	case o.MaxAge < 0:
 		return &FieldError{"max_age", "must not be negative"}
 	case o.MaxMessages < 0:

@@ -13,9 +13,13 @@ type Service interface {
 	// Publish appends msg to the named queue, creating the queue when
 	// allowed; done runs once it is stored or failed (see Queue.Publish).
 	Publish(ctx context.Context, queue string, msg *Message, done func(error))
-	// Partitions opens the named queue, creating it when allowed, and
-	// returns its partition count.
-	Partitions(ctx context.Context, queue string) (int, error)
+	// Create creates the named queue when it does not exist and may be
+	// created (declared, or auto_create); the error says why not.
+	Create(ctx context.Context, queue string) error
+	// Settings returns the named queue's settings, or those it would have
+	// for a queue not created yet: asking creates nothing (a subscription
+	// refused after it must leave no queue behind).
+	Settings(ctx context.Context, queue string) (Options, error)
 	// CheckPartitions reports whether a consumer of the group may claim the
 	// partitions ps (see Queue.CheckPartitions).
 	CheckPartitions(ctx context.Context, queue, group string, ps []int) error
@@ -45,18 +49,19 @@ var (
 	_ Subscription = (*Consumer)(nil)
 )
 
-// Partitions returns the named queue's partition count, or the count it
-// would have for a queue not created yet: asking creates nothing (a
-// subscription refused after it must leave no queue behind).
-func (m *Manager) Partitions(ctx context.Context, queue string) (int, error) {
+// Create creates the named queue when it does not exist and may be.
+func (m *Manager) Create(ctx context.Context, queue string) error {
+	_, err := m.Open(ctx, queue)
+	return err
+}
+
+// Settings returns the named queue's settings, or those it would have.
+func (m *Manager) Settings(ctx context.Context, queue string) (Options, error) {
 	if q := m.Queue(queue); q != nil {
-		return len(q.parts), nil
+		return q.Options(), nil
 	}
 	o, _, err := m.NewQueueOptions(ParentName(queue))
-	if err != nil {
-		return 0, err
-	}
-	return o.Partitions, nil
+	return o, err
 }
 
 // CheckPartitions checks a claim of partitions ps on the named queue (on
@@ -65,11 +70,11 @@ func (m *Manager) CheckPartitions(ctx context.Context, queue, group string, ps [
 	if q := m.Queue(queue); q != nil {
 		return q.CheckPartitions(group, ps)
 	}
-	n, err := m.Partitions(ctx, queue)
+	o, err := m.Settings(ctx, queue)
 	if err != nil {
 		return err
 	}
-	return CheckPartitionsOf(n, ps)
+	return CheckPartitionsOf(o.Partitions, ps)
 }
 
 // CheckPartitionsOf checks that the partitions ps exist in a queue of n.
