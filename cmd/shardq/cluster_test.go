@@ -101,9 +101,12 @@ func TestClusterDev(t *testing.T) {
 	var st broker.ClusterView
 	waitUntil(t, func() bool {
 		st = jsonOf[broker.ClusterView](t, must(t, "cluster", "status", "--json", "--server", server))
+		// Owned and on all three nodes: a queue created while the node
+		// that created it saw fewer members gains its third replica as
+		// soon as it sees the third.
 		owned := 0
 		for _, p := range st.Partitions {
-			if p.Queue == "jobs" && p.Owner != "" {
+			if p.Queue == "jobs" && p.Owner != "" && len(p.Replicas) == 3 && len(p.InSync) == 3 {
 				owned++
 			}
 		}
