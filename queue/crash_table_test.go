@@ -157,9 +157,10 @@ func TestQueueLeaseLive(t *testing.T) {
 }
 
 // In a cluster a partition loaded with deliveries its last owner had out
-// waits HandoverGrace before it delivers at all: a delivery of the last
-// owner still on its way to a client on another node reaches it first, or
-// turns stale there, so the next delivery, with DUP, comes after it.
+// holds those back for HandoverGrace: a delivery of the last owner still
+// on its way to a client on another node reaches it first, or turns stale
+// there, so the next delivery, with DUP, comes after it. Messages it never
+// delivered go out at once.
 func TestQueueHandoverGraceHoldsRedeliveries(t *testing.T) {
 	h := newHarness(t, nil)
 	h.mo.HandoverGrace = 2 * time.Second
@@ -169,6 +170,8 @@ func TestQueueHandoverGraceHoldsRedeliveries(t *testing.T) {
 	h.mustSettle(first[1], acked)
 	h.crash()
 	h.subscribe("q", "c", sub{})
+	h.mustPublish("q", kmsg("x", "x1"))
+	h.mustSettle(h.expect("c:x1#1")[0], acked) // new: not held
 	if got := h.newDeliveries(1); len(got) != 0 {
 		t.Fatalf("delivered %v before the handover grace ran out", got)
 	}

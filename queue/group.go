@@ -86,9 +86,11 @@ type cursor struct {
 	mark, asked uint64
 	asking      bool
 	freshUntil  time.Time
-	// heldUntil: loaded with deliveries its last owner may have had out,
-	// the cursor delivers nothing before then (HandoverGrace).
+	// Loaded with deliveries its last owner may have had out (the
+	// unsettled offsets below heldBelow), the cursor delivers none of
+	// them before heldUntil (HandoverGrace); the others go out at once.
 	heldUntil time.Time
+	heldBelow uint64
 
 	// Settlements not yet persisted (see flushStateLocked).
 	dirty      bool
@@ -442,6 +444,12 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		}
 		c.next++
 		prior := c.counts[off]
+		if off < c.heldBelow && now.Before(c.heldUntil) {
+			// Its last owner may have it on its way to a client still.
+			c.p.wantTickLocked()
+			heap.Push(&c.retries, &pending{m: m, deliveries: prior, at: c.heldUntil})
+			continue
+		}
 		if !m.NotBefore.IsZero() && m.NotBefore.After(now) {
 			c.p.wantTickLocked()
 			heap.Push(&c.retries, &pending{m: m, deliveries: prior, at: m.NotBefore})
@@ -461,13 +469,6 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 // that a cursor waiting for its mark holds no credit another partition's
 // cursor could use. The partition's lock must be held.
 func (c *cursor) markedLocked(now time.Time) bool {
-	if !c.heldUntil.IsZero() {
-		if now.Before(c.heldUntil) {
-			c.p.wantTickLocked()
-			return false
-		}
-		c.heldUntil = time.Time{}
-	}
 	blocked := !now.Before(c.freshUntil) || c.ready.Len() == 0 && c.next >= c.mark && c.next < c.p.committed
 	if blocked && !c.asking {
 		c.askMarkLocked(now)

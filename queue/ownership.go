@@ -253,6 +253,7 @@ func (c *cursor) restore(st GroupState, b *Batch) {
 	c.crashedDeliveries(b)
 	if grace := c.g.q.m.opts.HandoverGrace; grace > 0 && len(b.Deliveries) > before {
 		c.heldUntil = c.g.q.m.now().Add(grace)
+		c.heldBelow = min(c.delivered, c.p.next)
 	}
 	c.mark, c.asked = c.floor, c.floor
 	if c.delivered > c.floor {
