@@ -63,6 +63,7 @@ type node struct {
 	mqtt, http, grpc string
 	cmd              *exec.Cmd
 	logPath          string
+	logStart         int64 // where this run's lines start in the log
 	exited           chan struct{}
 }
 
@@ -98,9 +99,19 @@ func (c *testCluster) start(id string, extra ...string) *node {
 		}
 		c.nodes[id] = n
 	}
-	n.launch(t, c, extra)
-	n.waitReady(t, 30*time.Second)
-	return n
+	for try := 1; ; try++ {
+		n.launch(t, c, extra)
+		if !n.waitReadyOrPortTaken(t, 30*time.Second) {
+			return n
+		}
+		// A port picked free was taken by another process before the
+		// node bound it (other test packages run beside this one): the
+		// node starts again on others.
+		if c.net != nil || try == 3 {
+			t.Fatalf("node %s: its ports were taken %d times:\n%s", n.id, try, n.logTail())
+		}
+		n.mqtt, n.http, n.grpc = freeAddr(t), freeAddr(t), freeAddr(t)
+	}
 }
 
 func (n *node) launch(t testing.TB, c *testCluster, extra []string) {
@@ -118,6 +129,9 @@ func (n *node) launch(t testing.TB, c *testCluster, extra []string) {
 		t.Fatal(err)
 	}
 	n.logPath = f.Name()
+	if fi, err := f.Stat(); err == nil {
+		n.logStart = fi.Size()
+	}
 	n.cmd.Stdout, n.cmd.Stderr = f, f
 	n.cmd.Env = append(os.Environ(), "SHARDQ_WS=")
 	if err := n.cmd.Start(); err != nil {
@@ -145,10 +159,22 @@ func (n *node) launch(t testing.TB, c *testCluster, extra []string) {
 
 func (n *node) waitReady(t testing.TB, within time.Duration) {
 	t.Helper()
+	if n.waitReadyOrPortTaken(t, within) {
+		t.Fatalf("node %s exited before it was ready:\n%s", n.id, n.logTail())
+	}
+}
+
+// waitReadyOrPortTaken is waitReady, but reports true rather than fail
+// when the node exited because one of its addresses was in use.
+func (n *node) waitReadyOrPortTaken(t testing.TB, within time.Duration) bool {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		select {
 		case <-n.exited:
+			if b, _ := os.ReadFile(n.logPath); int64(len(b)) >= n.logStart && strings.Contains(string(b[n.logStart:]), "address already in use") {
+				return true
+			}
 			t.Fatalf("node %s exited before it was ready:\n%s", n.id, n.logTail())
 		default:
 		}
@@ -156,7 +182,7 @@ func (n *node) waitReady(t testing.TB, within time.Duration) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return false
 			}
 		}
 		if time.Now().After(deadline) {
