@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -38,10 +37,8 @@ type remoteSub struct {
 	leases  map[leaseKey]bool // remote leases out, true while holding a credit
 	closed  bool
 	// owed: the streams' window credits kept back for deliveries
-	// returned for want of the client's credit, by node; next is where
-	// the next credit of the client goes (round robin).
+	// returned for want of the client's credit, by node.
 	owed map[string]int32
-	next int
 }
 
 // consumeStream is the stream of a consumer here to one node.
@@ -237,7 +234,7 @@ func (rs *remoteSub) stream(ctx context.Context, node string, cs *consumeStream)
 }
 
 // deliver sends d to the client when its connection has credit, else
-// keeps it until a credit comes back.
+// returns it to its owner, node.
 func (rs *remoteSub) deliver(node string, d queue.Delivery) {
 	rs.mu.Lock()
 	if rs.closed {
@@ -252,7 +249,6 @@ func (rs *remoteSub) deliver(node string, d queue.Delivery) {
 		rs.returnToOwner(node, d.Lease)
 		return
 	}
-	rs.leases[keyOf(d.Lease)] = false
 	rs.n.registerLease(d.Lease, rs)
 	rs.send(d)
 	rs.mu.Unlock()
@@ -268,21 +264,19 @@ func (rs *remoteSub) returnToOwner(node string, l queue.LeaseRef) {
 	p.settleAsync(&pb.SettleRequest{Lease: toPBLease(l), Op: pb.SettleOp_RETURNED})
 }
 
-// grant gives a credit of the client that came back to the next stream
-// that returned a delivery for want of one.
+// grant gives a credit of the client that came back to a stream that
+// returned a delivery for want of one (any of them: map order spreads
+// the grants).
 func (rs *remoteSub) grant() {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.closed || len(rs.owed) == 0 {
 		return
 	}
-	nodes := make([]string, 0, len(rs.owed))
-	for node := range rs.owed {
-		nodes = append(nodes, node)
+	var node string
+	for node = range rs.owed {
+		break
 	}
-	slices.Sort(nodes)
-	node := nodes[rs.next%len(nodes)]
-	rs.next++
 	if rs.owed[node]--; rs.owed[node] <= 0 {
 		delete(rs.owed, node)
 	}
