@@ -76,6 +76,9 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		{"/api/v1/queues/{queue}/dlq/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.single(a.deleteGroup(true)))}},
 		{"/api/v1/queues/{queue}/dlq/replay", map[string]http.HandlerFunc{"POST": a.mutating(a.single(a.replay))}},
 		{"/api/v1/cluster", map[string]http.HandlerFunc{"GET": a.clusterStatus}},
+		{"/api/v1/cluster/nodes/{node}/drain", map[string]http.HandlerFunc{"POST": a.mutating(a.clustered(a.drain(true)))}},
+		{"/api/v1/cluster/nodes/{node}/undrain", map[string]http.HandlerFunc{"POST": a.mutating(a.clustered(a.drain(false)))}},
+		{"/api/v1/cluster/placement", map[string]http.HandlerFunc{"GET": a.placement, "PUT": a.mutating(a.clustered(a.setPlacement))}},
 	}
 	for _, r := range routes {
 		var allow []string

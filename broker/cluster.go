@@ -36,6 +36,7 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 		LeaseTTL:     c.LeaseTTL,
 		RaftLogKeep:  c.RaftLogKeep,
 		ReplaceAfter: c.ReplaceAfter,
+		MaxMoves:     c.MaxMoves,
 		Token:        c.Token,
 		AdminToken:   cfg.Admin.Token,
 		Logger:       b.log,
@@ -189,7 +190,7 @@ func (b *Broker) leaveCluster(ctx context.Context) {
 // otherMembers reports whether another node is a member now.
 func (b *Broker) otherMembers() bool {
 	for _, n := range b.node.Status().Nodes {
-		if n.ID != b.cfg.NodeID && n.State == cluster.StateUp {
+		if n.ID != b.cfg.NodeID && n.State != cluster.StateDown && n.State != cluster.StateLeaving {
 			return true
 		}
 	}

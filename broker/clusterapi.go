@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -44,6 +45,95 @@ func (a *adminAPI) clusterStatus(w http.ResponseWriter, r *http.Request) {
 	a.reply(w, http.StatusOK, v)
 }
 
+// clustered refuses h on a single node: it changes the cluster's
+// placement.
+func (a *adminAPI) clustered(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a.b.node == nil {
+			a.fail(w, r, http.StatusConflict, fmt.Errorf("%s %s needs a cluster: this node runs alone (start it with --etcd to join one)", r.Method, r.URL.Path))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// DrainView answers POST /api/v1/cluster/nodes/{node}/drain and
+// /undrain.
+type DrainView struct {
+	Node    string `json:"node"`
+	Drained bool   `json:"drained"`
+}
+
+func (a *adminAPI) drain(on bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		node := r.PathValue("node")
+		if err := a.b.node.Drain(r.Context(), node, on); err != nil {
+			a.failCluster(w, r, err)
+			return
+		}
+		a.reply(w, http.StatusOK, DrainView{Node: node, Drained: on})
+	}
+}
+
+// PlacementView is the cluster's placement: GET and PUT
+// /api/v1/cluster/placement. The first rule whose queues pattern matches
+// a queue's name gives the nodes its partitions live on; a queue no rule
+// matches lives on any node.
+type PlacementView struct {
+	Rules []PlacementRuleView `json:"rules"`
+}
+
+// PlacementRuleView is one placement rule.
+type PlacementRuleView struct {
+	Queues string   `json:"queues"`
+	Nodes  []string `json:"nodes"`
+}
+
+func (a *adminAPI) placement(w http.ResponseWriter, r *http.Request) {
+	v := PlacementView{Rules: []PlacementRuleView{}}
+	if a.b.node != nil {
+		for _, rule := range a.b.node.Placement() {
+			v.Rules = append(v.Rules, PlacementRuleView{Queues: rule.Queues, Nodes: rule.Nodes})
+		}
+	}
+	a.reply(w, http.StatusOK, v)
+}
+
+func (a *adminAPI) setPlacement(w http.ResponseWriter, r *http.Request) {
+	var v PlacementView
+	if err := decodeBody(r, &v, false); err != nil {
+		a.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	rules := make([]cluster.PlacementRule, 0, len(v.Rules))
+	for i, rule := range v.Rules {
+		rules = append(rules, cluster.PlacementRule{Name: fmt.Sprintf("rules[%d] (%s)", i, rule.Queues), Queues: rule.Queues, Nodes: rule.Nodes})
+	}
+	if err := a.b.node.SetPlacement(r.Context(), rules); err != nil {
+		a.failCluster(w, r, err)
+		return
+	}
+	if v.Rules == nil {
+		v.Rules = []PlacementRuleView{}
+	}
+	a.reply(w, http.StatusOK, v)
+}
+
+// failCluster answers a refused change of the cluster: bad input is 400,
+// an unknown node 404, etcd out of reach 503.
+func (a *adminAPI) failCluster(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, cluster.ErrBadPlacement):
+		a.fail(w, r, http.StatusBadRequest, err)
+	case errors.Is(err, cluster.ErrUnknownNodeID):
+		a.fail(w, r, http.StatusNotFound, err)
+	case errors.Is(err, queue.ErrNotOwned):
+		a.fail(w, r, http.StatusServiceUnavailable, err)
+	default:
+		a.failErr(w, r, err)
+	}
+}
+
 // singleNodeStatus is the cluster document of a single node.
 func (a *adminAPI) singleNodeStatus() cluster.Status {
 	id := a.b.cfg.NodeID
@@ -59,7 +149,9 @@ func (a *adminAPI) singleNodeStatus() cluster.Status {
 		}
 		for p := range q.Partitions() {
 			st.Partitions = append(st.Partitions, cluster.PartitionStatus{Queue: q.Name(), Partition: p,
-				Owner: id, Epoch: 1, Replicas: []string{id}, InSync: []string{id}})
+				Owner: id, Epoch: 1, Replicas: []string{id}, Learners: []string{}, InSync: []string{id}})
+			st.Nodes[0].Replicas++
+			st.Nodes[0].Leads++
 		}
 	}
 	return st
@@ -172,7 +264,7 @@ func (a *adminAPI) downOwners(queueName string) []string {
 	st := a.b.node.Status()
 	up := map[string]bool{}
 	for _, n := range st.Nodes {
-		up[n.ID] = n.State == cluster.StateUp
+		up[n.ID] = n.State != cluster.StateDown
 	}
 	var out []string
 	seen := map[string]bool{a.b.cfg.NodeID: true}

@@ -215,7 +215,7 @@ func TestClusterAdminAPISingleNode(t *testing.T) {
 	}
 	want := []cluster.PartitionStatus{}
 	for p := range 3 {
-		want = append(want, cluster.PartitionStatus{Queue: "jobs", Partition: p, Owner: "solo", Epoch: 1, Replicas: []string{"solo"}, InSync: []string{"solo"}})
+		want = append(want, cluster.PartitionStatus{Queue: "jobs", Partition: p, Owner: "solo", Epoch: 1, Replicas: []string{"solo"}, Learners: []string{}, InSync: []string{"solo"}})
 	}
 	if fmt.Sprint(st.Partitions) != fmt.Sprint(want) {
 		t.Errorf("partitions %+v, want %+v", st.Partitions, want)

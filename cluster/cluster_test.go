@@ -555,9 +555,9 @@ func partitionOf(t *testing.T, p *paho.Publish) int {
 	return n
 }
 
-// TestPlacement: a node started with placement rules makes them the
-// cluster's; the queues they pin move to the nodes named, under load,
-// nothing lost, order per key kept. A rule naming a node that never joined
+// TestPlacement (one replica): placement rules set at runtime move the
+// queues they pin to the nodes named, under load, nothing lost, order per
+// key kept. A rule in a node's config naming a node that never joined
 // refuses the start and names the rule.
 func TestPlacement(t *testing.T) {
 	c := newCluster(t, "--config", configFile(t, rf1))
@@ -565,10 +565,7 @@ func TestPlacement(t *testing.T) {
 	a, l, done := c.threeUnderLoad(stop)
 	c.waitOwned("orders", 8, 10*time.Second, "a", "b", "c")
 
-	cn := c.nodes["c"]
-	cn.kill()
-	c.extra = nil
-	c.start("c", "--config", configFile(t, rf1+"cluster:\n  placement:\n    - queues: \"ord*\"\n      nodes: [c]\n"))
+	c.admin("b", http.MethodPut, "/api/v1/cluster/placement", `{"rules":[{"queues":"ord*","nodes":["c"]}]}`)
 	c.waitOwned("orders", 8, 30*time.Second, "c")
 	waitAcked(t, l, l.ackedCount()+100)
 	close(stop)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +26,8 @@ import (
 //	P known/{id}          "", kept: every node id that ever joined
 //	P queues/{name}       QueueInfo, kept: the catalog of queues
 //	P owners/{queue}/{p}  Ownership, kept: the owner and epoch of a partition
+//	P placement           []PlacementRule, kept: which nodes may hold which queues
+//	P drain/{id}          "", kept: the node is drained of its partitions
 //
 // A partition's owner claims it with a transaction on the ownership key's
 // revision that raises the epoch; a dead-letter partition goes with its
@@ -33,6 +37,8 @@ type keys struct{ prefix string }
 
 func (k keys) node(id string) string  { return k.prefix + "nodes/" + id }
 func (k keys) known(id string) string { return k.prefix + "known/" + id }
+func (k keys) drain(id string) string { return k.prefix + "drain/" + id }
+func (k keys) placement() string      { return k.prefix + "placement" }
 func (k keys) queue(name string) string {
 	return k.prefix + "queues/" + name
 }
@@ -68,9 +74,12 @@ type Ownership struct {
 	Owner   string `json:"owner"`
 	Epoch   uint64 `json:"epoch"`
 	Session int64  `json:"session"`
-	// Replicas are the nodes keeping a replicated partition, fixed when it
-	// is first claimed; empty for a partition with one replica.
+	// Replicas are the voters of a replicated partition's raft group, as
+	// its leader applied them; empty for a partition with one replica.
+	// Learners are the replicas being added, catching up before they
+	// vote.
 	Replicas []string `json:"replicas,omitempty"`
+	Learners []string `json:"learners,omitempty"`
 	// Term is the raft term of the leader that claimed a replicated
 	// partition: a leader of an older term, paused or cut off, may not
 	// claim it back.
@@ -80,10 +89,12 @@ type Ownership struct {
 
 // view is the node's copy of the cluster's keys, kept by the watch.
 type view struct {
-	nodes  map[string]NodeInfo
-	known  map[string]bool
-	queues map[string]QueueInfo
-	owners map[queue.PartitionID]Ownership
+	nodes map[string]NodeInfo
+	known map[string]bool
+	// draining: the nodes drained of their partitions (Node.Drain).
+	draining map[string]bool
+	queues   map[string]QueueInfo
+	owners   map[queue.PartitionID]Ownership
 	// placement is the cluster's placement rules (publishPlacement).
 	placement []PlacementRule
 	rev       int64
@@ -92,7 +103,7 @@ type view struct {
 }
 
 func newView() view {
-	return view{nodes: map[string]NodeInfo{}, known: map[string]bool{}, queues: map[string]QueueInfo{}, owners: map[queue.PartitionID]Ownership{}}
+	return view{nodes: map[string]NodeInfo{}, known: map[string]bool{}, draining: map[string]bool{}, queues: map[string]QueueInfo{}, owners: map[queue.PartitionID]Ownership{}}
 }
 
 // apply records one key's new value (nil: deleted).
@@ -122,6 +133,12 @@ func (v *view) apply(k keys, key string, value []byte, rev int64) {
 			delete(v.known, name)
 		} else {
 			v.known[name] = true
+		}
+	case "drain":
+		if value == nil {
+			delete(v.draining, name)
+		} else {
+			v.draining[name] = true
 		}
 	case "queues":
 		if value == nil {
@@ -515,17 +532,152 @@ type PlacementRule struct {
 	Nodes  []string `json:"nodes"`
 }
 
-// publishPlacement makes this node's placement rules the cluster's: the
-// node started last decides, so that every node places alike.
+// publishPlacement seeds the cluster's placement with this node's rules
+// when the cluster has none yet: from then on the cluster's rules are
+// changed at runtime (SetPlacement), not by a node's config.
 func (n *Node) publishPlacement(ctx context.Context) error {
-	key := n.keys.prefix + "placement"
 	if len(n.opts.PlacementRules) == 0 {
-		_, err := n.etcd.Delete(ctx, key)
+		return nil
+	}
+	key := n.keys.placement()
+	v, _ := json.Marshal(n.opts.PlacementRules)
+	resp, err := n.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(v))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
 		return err
 	}
-	v, _ := json.Marshal(n.opts.PlacementRules)
-	_, err := n.etcd.Put(ctx, key, string(v))
-	return err
+	if !resp.Succeeded {
+		var have []PlacementRule
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			_ = json.Unmarshal(kvs[0].Value, &have)
+		}
+		if !samePlacement(have, n.opts.PlacementRules) {
+			n.log.Warn("the cluster's placement differs from this node's cluster.placement, which only seeds an empty one; change it with shardq cluster placement set",
+				"cluster", placementString(have), "config", placementString(n.opts.PlacementRules))
+		}
+	}
+	return nil
+}
+
+func samePlacement(a, b []PlacementRule) bool {
+	return slices.EqualFunc(a, b, func(x, y PlacementRule) bool { return x.Queues == y.Queues && slices.Equal(x.Nodes, y.Nodes) })
+}
+
+func placementString(rules []PlacementRule) string {
+	if len(rules) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(rules))
+	for i, r := range rules {
+		parts[i] = r.Queues + "=" + strings.Join(r.Nodes, ",")
+	}
+	return strings.Join(parts, " ")
+}
+
+// Placement returns the cluster's placement rules, as this node sees
+// them.
+func (n *Node) Placement() []PlacementRule {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.view.placement)
+}
+
+// ErrBadPlacement is SetPlacement's error for rules that cannot be
+// applied.
+var ErrBadPlacement = errors.New("cluster: bad placement")
+
+// SetPlacement makes rules the cluster's placement (none: every queue on
+// every node). Every node follows at once: the partitions of a queue
+// move to the nodes its rule names, a few at a time. A rule must have a
+// valid pattern and name nodes that joined the cluster once.
+func (n *Node) SetPlacement(ctx context.Context, rules []PlacementRule) error {
+	known := n.knownNodes()
+	for i := range rules {
+		r := &rules[i]
+		if r.Name == "" {
+			r.Name = fmt.Sprintf("rule %d", i+1)
+		}
+		if _, err := path.Match(r.Queues, ""); err != nil || r.Queues == "" {
+			return fmt.Errorf("%w: %s: queues pattern %q is not a valid glob (for example orders-*)", ErrBadPlacement, r.Name, r.Queues)
+		}
+		if len(r.Nodes) == 0 {
+			return fmt.Errorf("%w: %s names no node", ErrBadPlacement, r.Name)
+		}
+		for _, id := range r.Nodes {
+			if !known[id] {
+				return fmt.Errorf("%w: %s names node %q, which never joined the cluster (known: %s)", ErrBadPlacement, r.Name, id, strings.Join(sortedKeys(known), ", "))
+			}
+		}
+	}
+	n.mu.Lock()
+	names := slices.Sorted(maps.Keys(n.view.queues))
+	n.mu.Unlock()
+	for _, name := range names {
+		for _, r := range rules {
+			if ok, _ := path.Match(r.Queues, name); ok {
+				if rf := n.replicationFactor(name); rf > len(r.Nodes) {
+					return fmt.Errorf("%w: %s gives queue %q %d node(s), fewer than its replication factor %d: name at least %d",
+						ErrBadPlacement, r.Name, name, len(r.Nodes), rf, rf)
+				}
+				break
+			}
+		}
+	}
+	key := n.keys.placement()
+	var err error
+	if len(rules) == 0 {
+		_, err = n.etcd.Delete(ctx, key)
+	} else {
+		v, _ := json.Marshal(rules)
+		_, err = n.etcd.Put(ctx, key, string(v))
+	}
+	if err != nil {
+		return fmt.Errorf("%w: recording the placement in etcd: %v", queue.ErrNotOwned, err)
+	}
+	n.log.Info("cluster placement changed", "placement", placementString(rules))
+	return nil
+}
+
+// knownNodes returns every node id that joined the cluster once.
+func (n *Node) knownNodes() map[string]bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	known := map[string]bool{n.opts.NodeID: true}
+	for id := range n.view.known {
+		known[id] = true
+	}
+	for id := range n.view.nodes {
+		known[id] = true
+	}
+	return known
+}
+
+// ErrUnknownNodeID is Drain's error for a node that never joined.
+var ErrUnknownNodeID = errors.New("cluster: no such node")
+
+// Drain marks node drained (on) or not: a drained node is given no
+// partition, replica or leadership; those it holds move to the other
+// nodes, a few at a time, and it can then be stopped without any
+// partition losing a replica. Drained is kept until undrained, across
+// restarts.
+func (n *Node) Drain(ctx context.Context, node string, on bool) error {
+	if !n.knownNodes()[node] {
+		return fmt.Errorf("%w: %q never joined the cluster (known: %s)", ErrUnknownNodeID, node, strings.Join(sortedKeys(n.knownNodes()), ", "))
+	}
+	var err error
+	if on {
+		_, err = n.etcd.Put(ctx, n.keys.drain(node), "")
+	} else {
+		_, err = n.etcd.Delete(ctx, n.keys.drain(node))
+	}
+	if err != nil {
+		return fmt.Errorf("%w: recording the drain in etcd: %v", queue.ErrNotOwned, err)
+	}
+	n.log.Info("node drain changed", "node", node, "drained", on)
+	return nil
 }
 
 func (n *Node) unknownPlacement(known map[string]bool) string {
@@ -556,7 +708,7 @@ func (n *Node) claim(ctx context.Context, id queue.PartitionID, prev *Ownership,
 	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	if prev != nil {
 		next.Epoch = prev.Epoch + 1
-		next.Replicas = prev.Replicas
+		next.Replicas, next.Learners = prev.Replicas, prev.Learners
 		next.Term = prev.Term
 		cmp = clientv3.Compare(clientv3.ModRevision(key), "=", prev.rev)
 	}
@@ -566,7 +718,7 @@ func (n *Node) claim(ctx context.Context, id queue.PartitionID, prev *Ownership,
 // claimLeader records this node, raft leader of id in term, as its owner
 // with the next epoch, if the record is still prev.
 func (n *Node) claimLeader(ctx context.Context, id queue.PartitionID, prev Ownership, session int64, term uint64) (Ownership, bool, error) {
-	next := Ownership{Owner: n.opts.NodeID, Epoch: prev.Epoch + 1, Session: session, Replicas: prev.Replicas, Term: term}
+	next := Ownership{Owner: n.opts.NodeID, Epoch: prev.Epoch + 1, Session: session, Replicas: prev.Replicas, Learners: prev.Learners, Term: term}
 	return n.writeOwnership(ctx, id, clientv3.Compare(clientv3.ModRevision(n.keys.owner(id)), "=", prev.rev), next)
 }
 

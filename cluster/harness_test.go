@@ -227,6 +227,7 @@ type ownership struct {
 	Owner    string   `json:"owner"`
 	Epoch    uint64   `json:"epoch"`
 	Replicas []string `json:"replicas"`
+	Learners []string `json:"learners"`
 }
 
 // owners reads the owners of the queue's partitions from etcd.

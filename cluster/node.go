@@ -85,6 +85,10 @@ type Options struct {
 	// RaftLogKeep is how many applied entries a replicated partition's
 	// raft log keeps for a replica behind; default 5000.
 	RaftLogKeep int
+	// MaxMoves bounds how many replicated partitions each leader moves to
+	// other nodes at once (a node joined or drained, placement changed);
+	// default 4.
+	MaxMoves int
 	// QueueOptions returns the settings the config gives a queue (its
 	// replication factor decides whether its partitions are replicated).
 	QueueOptions func(name string) queue.Options
@@ -124,8 +128,11 @@ type Node struct {
 	watched map[*queue.Credit]bool     // connections' credits watched for deliveries waiting
 	leases  sync.Map                   // leaseKey -> *remoteSub: remote leases of consumers here
 	gone    map[string]time.Time       // since when a replica's node is not a member
-	changed chan struct{}              // the view changed: reconcile
-	notify  chan struct{}              // closed and replaced when ownership changes here
+	// moveBudget: the partition moves this node may still start in the
+	// reconcile pass under way (reconcile goroutine).
+	moveBudget int
+	changed    chan struct{} // the view changed: reconcile
+	notify     chan struct{} // closed and replaced when ownership changes here
 
 	member atomic.Bool
 	closed atomic.Bool
@@ -161,6 +168,9 @@ func New(o Options) (*Node, error) {
 	}
 	if o.RaftLogKeep <= 0 {
 		o.RaftLogKeep = 5000
+	}
+	if o.MaxMoves <= 0 {
+		o.MaxMoves = 4
 	}
 	if o.ReplaceAfter <= 0 {
 		o.ReplaceAfter = time.Minute

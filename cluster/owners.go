@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
+	"github.com/shardq/shardq/cluster/multiraft"
 	"github.com/shardq/shardq/queue"
 )
 
@@ -41,6 +42,7 @@ func score(node string, id queue.PartitionID) uint64 {
 // winner returns the live node that should own id, or "".
 func (v *view) winner(id queue.PartitionID, allowed []string, self string) string {
 	best, bestScore := "", uint64(0)
+	drained := v.allDrained(allowed)
 	for node := range v.nodes {
 		if node == self && v.leaving {
 			continue
@@ -48,11 +50,25 @@ func (v *view) winner(id queue.PartitionID, allowed []string, self string) strin
 		if allowed != nil && !slices.Contains(allowed, node) {
 			continue
 		}
+		if v.draining[node] && !drained {
+			continue
+		}
 		if s := score(node, id); best == "" || s > bestScore || (s == bestScore && node < best) {
 			best, bestScore = node, s
 		}
 	}
 	return best
+}
+
+// allDrained reports whether every live node placement allows is
+// drained.
+func (v *view) allDrained(allowed []string) bool {
+	for node := range v.nodes {
+		if (allowed == nil || slices.Contains(allowed, node)) && !v.draining[node] {
+			return false
+		}
+	}
+	return true
 }
 
 // allowed returns the nodes the cluster's placement allows to own the
@@ -80,6 +96,7 @@ func (n *Node) reconcileLoop() {
 		case <-t.C:
 		}
 		n.checkPeers()
+		n.countMoves()
 		n.reconcile()
 	}
 }
@@ -327,8 +344,9 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		}
 		return
 	}
-	if !slices.Contains(rec.Replicas, self) {
+	if !slices.Contains(rec.Replicas, self) && !slices.Contains(rec.Learners, self) {
 		n.dropIfServed(id, rec)
+		n.raft.closeRemoved(id, rec)
 		return
 	}
 	r, err := n.raft.ensureGroup(id, rec.Replicas)
@@ -427,38 +445,110 @@ func (n *Node) balanceLeader(id queue.PartitionID, r *replica, allowed []string)
 	if preferred == "" || preferred == n.opts.NodeID || !slices.Contains(in, preferred) {
 		return
 	}
+	n.handLeadership(id, r, "to its preferred replica "+preferred, func(node string) bool { return node == preferred })
+}
+
+// handLeadership hands the leadership of a partition this node leads to
+// a replica to accepts, at most once per leaderSettle. The partition
+// stops delivering first: the new leader delivers as soon as it is
+// elected, which a transfer does at once, without the election timeout a
+// delivered mark's freshness counts on. If the transfer fails, the next
+// pass serves the partition again.
+func (n *Node) handLeadership(id queue.PartitionID, r *replica, why string, to func(string) bool) {
+	if monoNow()-r.handedAt.Load() < int64(leaderSettle) {
+		return
+	}
 	r.handedAt.Store(monoNow())
-	n.log.Info("handing a partition's leadership to its preferred replica", "partition", id.String(), "node", preferred)
-	// It stops delivering first: the new leader delivers as soon as it
-	// is elected, which a transfer does at once, without the election
-	// timeout a delivered mark's freshness counts on. If the transfer
-	// fails, the next pass serves the partition again.
+	n.log.Info("handing a partition's leadership over", "partition", id.String(), "why", why)
 	n.releasePartition(id)
-	r.g.RequestTransfer(func(node string) bool { return node == preferred })
+	r.g.RequestTransfer(to)
 }
 
 // maintainReplicas, on a partition's leader: the record in etcd follows
-// the replicas raft applied; a replica whose node has been gone for
-// ReplaceAfter is removed, and a group with fewer replicas than its
-// replication factor gets the best-scored live node that is not one.
+// the replicas raft applied, and the replicas follow placement, one
+// change at a time. The replicas wanted are the rf live nodes placement
+// allows that score highest for the partition, drained nodes left out: a
+// node that joins wins its share of partitions, a drained one loses all
+// of its. A wanted node that is no replica is added as a learner, which
+// counts in no vote and no commit; once in sync it is promoted, and the
+// replica wanted least is removed, after it handed the leadership over if
+// it leads. A replica whose node has been gone for ReplaceAfter is
+// removed. At most MaxMoves partitions move at once per leader; a
+// replica replacing a missing one does not wait for that.
 func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownership, allowed []string, rf int) {
-	cur := rep.g.Replicas()
-	if len(cur) == 0 {
+	voters, learners := rep.g.Replicas(), rep.g.Learners()
+	if len(voters) == 0 {
 		return
 	}
-	if !sameSet(cur, rec.Replicas) {
+	if !sameSet(voters, rec.Replicas) || !sameSet(learners, rec.Learners) {
 		next := rec
-		next.Replicas = cur
+		next.Replicas, next.Learners = voters, learners
 		key := n.keys.owner(id)
 		if _, _, err := n.writeOwnership(n.ctx, id, clientv3.Compare(clientv3.ModRevision(key), "=", rec.rev), next); err != nil {
 			n.log.Warn("recording a partition's replicas", "partition", id.String(), "err", err)
 		}
 		return
 	}
+	self := n.opts.NodeID
+	in, _ := rep.g.InSync()
+	upToDate, _ := rep.g.UpToDate()
 	n.mu.Lock()
+	gone := n.goneFor(append(slices.Clone(voters), learners...), n.opts.ReplaceAfter)
+	wanted := n.view.top(id, allowed, rf)
+	n.mu.Unlock()
+	switch {
+	case len(learners) > 0:
+		l := learners[0]
+		switch {
+		case !slices.Contains(wanted, l):
+			// Placement changed, or the node drained or left, while it
+			// caught up.
+			n.log.Info("removing a learner no longer wanted", "partition", id.String(), "node", l)
+			rep.g.RequestChange(multiraft.Remove, l)
+		case slices.Contains(upToDate, l):
+			n.log.Info("promoting a learner up to date", "partition", id.String(), "node", l)
+			rep.g.RequestChange(multiraft.Promote, l)
+		}
+		return
+	case len(gone) > 0 && len(voters) > 1:
+		n.log.Info("replacing a replica whose node is gone", "partition", id.String(), "node", gone[0], "after", n.opts.ReplaceAfter)
+		rep.g.RequestChange(multiraft.Remove, gone[0])
+		return
+	case len(voters) > rf:
+		x := n.leastWanted(id, voters, wanted)
+		if !quorumWithout(voters, in, x) {
+			return // the others must be in sync first
+		}
+		if x == self {
+			n.handLeadership(id, rep, "its replica here is to be removed", func(node string) bool {
+				return node != self && slices.Contains(in, node) && slices.Contains(wanted, node)
+			})
+			return
+		}
+		n.log.Info("removing a replica placement no longer wants", "partition", id.String(), "node", x, "replicas", voters)
+		rep.g.RequestChange(multiraft.Remove, x)
+		return
+	}
+	for _, w := range wanted {
+		if slices.Contains(voters, w) {
+			continue
+		}
+		if len(voters) >= rf && !n.takeMove() {
+			return
+		}
+		n.log.Info("adding a replica as a learner", "partition", id.String(), "node", w, "replicas", voters)
+		rep.g.RequestChange(multiraft.AddLearner, w)
+		return
+	}
+}
+
+// goneFor returns the nodes of replicas that have not been members for
+// longer than after; it notes when the others were last seen gone.
+// Called with mu held.
+func (n *Node) goneFor(replicas []string, after time.Duration) []string {
 	var gone []string
 	now := time.Now()
-	for _, r := range cur {
+	for _, r := range replicas {
 		if _, live := n.view.nodes[r]; live {
 			delete(n.gone, r)
 			continue
@@ -468,29 +558,77 @@ func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownershi
 			n.gone[r] = now
 			continue
 		}
-		if now.Sub(since) > n.opts.ReplaceAfter {
+		if now.Sub(since) > after {
 			gone = append(gone, r)
 		}
 	}
-	// A partition short of its factor gains the live node placement
-	// allows that scores highest for it.
-	var candidate string
-	if len(cur) < rf {
-		for _, node := range n.view.top(id, allowed, rf) {
-			if !slices.Contains(cur, node) {
-				candidate = node
-				break
+	return gone
+}
+
+// leastWanted returns the voter to remove from a group with one too
+// many: one not wanted, a node that is down first, then a drained one,
+// then the one scoring lowest.
+func (n *Node) leastWanted(id queue.PartitionID, voters, wanted []string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	rank := func(node string) int {
+		_, live := n.view.nodes[node]
+		switch {
+		case slices.Contains(wanted, node):
+			return 0
+		case n.view.draining[node]:
+			return 2
+		case !live:
+			return 3
+		}
+		return 1
+	}
+	best := ""
+	for _, v := range voters {
+		if best == "" || rank(v) > rank(best) || (rank(v) == rank(best) && score(v, id) < score(best, id)) {
+			best = v
+		}
+	}
+	return best
+}
+
+// quorumWithout reports whether the voters but x that are in sync are a
+// majority of the voters but x.
+func quorumWithout(voters, in []string, x string) bool {
+	ok := 0
+	for _, v := range voters {
+		if v != x && slices.Contains(in, v) {
+			ok++
+		}
+	}
+	return ok > (len(voters)-1)/2
+}
+
+// takeMove takes one of this pass's moves (reconcile goroutine).
+func (n *Node) takeMove() bool {
+	if n.moveBudget <= 0 {
+		return false
+	}
+	n.moveBudget--
+	return true
+}
+
+// countMoves sets the moves this node may start in a reconcile pass: the
+// cluster's MaxMoves less those under way in the groups it leads, which
+// have a learner or a voter too many.
+func (n *Node) countMoves() {
+	moving := 0
+	if n.raft != nil {
+		for _, r := range n.raft.all() {
+			if !r.g.IsLeader() {
+				continue
+			}
+			if len(r.g.Learners()) > 0 || len(r.g.Replicas()) > n.replicationFactor(r.id.Queue) {
+				moving++
 			}
 		}
 	}
-	n.mu.Unlock()
-	switch {
-	case len(gone) > 0 && len(cur) > 1:
-		n.log.Info("replacing a replica whose node is gone", "partition", id.String(), "node", gone[0], "after", n.opts.ReplaceAfter)
-		rep.g.RequestChange(false, gone[0])
-	case candidate != "":
-		rep.g.RequestChange(true, candidate)
-	}
+	n.moveBudget = n.opts.MaxMoves - moving
 }
 
 func sameSet(a, b []string) bool {
@@ -506,11 +644,14 @@ func sameSet(a, b []string) bool {
 }
 
 // top returns the live nodes placement allows with the highest
-// rendezvous scores for id, at most k, the best first.
+// rendezvous scores for id, at most k, the best first. Drained nodes are
+// left out, unless every node placement allows is drained (a partition
+// must live somewhere).
 func (v *view) top(id queue.PartitionID, allowed []string, k int) []string {
 	var nodes []string
+	drained := v.allDrained(allowed)
 	for node := range v.nodes {
-		if allowed == nil || slices.Contains(allowed, node) {
+		if (allowed == nil || slices.Contains(allowed, node)) && (!v.draining[node] || drained) {
 			nodes = append(nodes, node)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,6 +90,7 @@ func newRaftHost(n *Node, store RaftStore) *raftHost {
 		NodeID: n.opts.NodeID, Store: store, Transport: h, Logger: n.log,
 		SyncApplied: func() { h.logs.SyncAsync() },
 		Live:        n.liveNode,
+		Nodes:       func() []string { return slices.Collect(maps.Keys(n.knownNodes())) },
 		Tick:        raftTick, ElectionTicks: electionTicks, LogKeep: uint64(n.opts.RaftLogKeep), SyncEvery: raftSyncEvery,
 		Observer: multiraft.Observer{
 			LogWrite:      func(d time.Duration) { m.logWrite.Observe(d.Seconds()) },
@@ -643,6 +645,19 @@ func (h *raftHost) inSync(name string) ([]string, bool) {
 		return nil, false
 	}
 	return r.g.InSync()
+}
+
+// closeRemoved closes the group of partition id here when the record, as
+// a leader wrote it, names this node no replica: its leader removed it,
+// and stopped sending it anything, the removal included. A leader of
+// its own never closes.
+func (h *raftHost) closeRemoved(id queue.PartitionID, rec Ownership) {
+	r := h.replica(groupName(id))
+	if r == nil || r.g.IsLeader() || rec.Term == 0 || len(rec.Replicas) == 0 {
+		return
+	}
+	h.n.log.Info("no longer a replica of a partition: its raft group closes here", "partition", id.String(), "replicas", rec.Replicas, "learners", rec.Learners)
+	r.g.Close()
 }
 
 // checkForgotten marks the raft log recovering when it is empty while the

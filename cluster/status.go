@@ -20,21 +20,29 @@ type Status struct {
 }
 
 // NodeStatus is one node: a member ("up"), this node handing its
-// partitions over ("leaving"), or a node that joined once and is not a
-// member now ("down"; its addresses are not known then).
+// partitions over ("leaving"), a member drained that still holds
+// replicas ("draining") or holds none ("drained"), or a node that joined
+// once and is not a member now ("down"; its addresses are not known
+// then). Replicas counts the partitions it keeps a replica of (or owns,
+// with one replica), learners included; Leads those it owns.
 type NodeStatus struct {
 	ID          string `json:"id"`
 	MQTT        string `json:"mqtt"`
 	HTTP        string `json:"http"`
 	ClusterAddr string `json:"cluster_addr"`
 	State       string `json:"state"`
+	Drained     bool   `json:"drained"`
+	Replicas    int    `json:"replicas"`
+	Leads       int    `json:"leads"`
 }
 
 // Node states.
 const (
-	StateUp      = "up"
-	StateLeaving = "leaving"
-	StateDown    = "down"
+	StateUp       = "up"
+	StateLeaving  = "leaving"
+	StateDraining = "draining"
+	StateDrained  = "drained"
+	StateDown     = "down"
 )
 
 // PartitionStatus is one partition of a queue of the catalog: its owner
@@ -46,6 +54,7 @@ type PartitionStatus struct {
 	Owner     string   `json:"owner"`
 	Epoch     uint64   `json:"epoch"`
 	Replicas  []string `json:"replicas"`
+	Learners  []string `json:"learners"`
 	InSync    []string `json:"in_sync"`
 }
 
@@ -80,8 +89,30 @@ func (n *Node) Status() Status {
 	if n.etcd != nil {
 		down(self)
 	}
+	held, leads := map[string]int{}, map[string]int{}
+	for _, o := range v.owners {
+		if o.Owner != "" {
+			leads[o.Owner]++
+		}
+		if len(o.Replicas) == 0 && o.Owner != "" {
+			held[o.Owner]++
+		}
+		for _, r := range o.Replicas {
+			held[r]++
+		}
+		for _, r := range o.Learners {
+			held[r]++
+		}
+	}
 	for i := range st.Nodes {
 		ns := &st.Nodes[i]
+		ns.Replicas, ns.Leads, ns.Drained = held[ns.ID], leads[ns.ID], v.draining[ns.ID]
+		if ns.Drained && ns.State == StateUp {
+			ns.State = StateDraining
+			if held[ns.ID] == 0 {
+				ns.State = StateDrained
+			}
+		}
 		if ns.ID != self {
 			continue
 		}
@@ -100,7 +131,7 @@ func (n *Node) Status() Status {
 	slices.Sort(names)
 	for _, name := range names {
 		for p := range v.queues[name].Partitions {
-			ps := PartitionStatus{Queue: name, Partition: p, Replicas: []string{}, InSync: []string{}}
+			ps := PartitionStatus{Queue: name, Partition: p, Replicas: []string{}, Learners: []string{}, InSync: []string{}}
 			if o, ok := v.owners[queue.PartitionID{Queue: name, Partition: p}]; ok {
 				ps.Owner, ps.Epoch = o.Owner, o.Epoch
 				switch {
@@ -108,6 +139,7 @@ func (n *Node) Status() Status {
 					// Replicated: the leader knows which replicas keep up;
 					// elsewhere, the live ones are shown.
 					ps.Replicas = append(ps.Replicas, o.Replicas...)
+					ps.Learners = append(ps.Learners, o.Learners...)
 					if in, ok := n.leaderInSync(queue.PartitionID{Queue: name, Partition: p}); ok {
 						ps.InSync = in
 					} else {

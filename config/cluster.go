@@ -45,6 +45,9 @@ func (c *Config) validateCluster(fail func(path, reason string, err error)) {
 	if cl.ReplaceAfter < time.Second {
 		fail("cluster.replace_after", fmt.Sprintf("must be at least 1s, got %s", cl.ReplaceAfter), nil)
 	}
+	if cl.MaxMoves < 1 || cl.MaxMoves > 1000 {
+		fail("cluster.max_moves", fmt.Sprintf("must be from 1 to 1000, got %d", cl.MaxMoves), nil)
+	}
 	if cl.RaftLogKeep < 10 {
 		fail("cluster.raft_log_keep", fmt.Sprintf("must be at least 10, got %d", cl.RaftLogKeep), nil)
 	}

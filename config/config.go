@@ -84,6 +84,10 @@ type Cluster struct {
 	// before each partition's leader replaces it with a live node (a node
 	// stopped for good, or failed). Default 1m.
 	ReplaceAfter time.Duration `yaml:"replace_after"`
+	// MaxMoves is how many replicated partitions each leader moves to
+	// other nodes at once when placement changes (a node joins or is
+	// drained, the placement rules change). Default 4.
+	MaxMoves int `yaml:"max_moves"`
 }
 
 // ClusterTLS is cluster.tls: the node's certificate and key, and the CA
@@ -349,6 +353,7 @@ func Default() *Config {
 			LeaseTTL:     DefaultLeaseTTL,
 			RaftLogKeep:  5000,
 			ReplaceAfter: time.Minute,
+			MaxMoves:     4,
 			Etcd:         Etcd{DialTimeout: DefaultDialTimeout, Prefix: DefaultEtcdPrefix},
 		},
 	}

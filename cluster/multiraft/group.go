@@ -18,9 +18,11 @@ type Group struct {
 	sm   StateMachine
 	rn   *raft.RawNode
 	ms   *raft.MemoryStorage
-	// replicas and nodes change with replica changes, on the driver
-	// goroutine; replicas is read under Host.mu elsewhere.
+	// replicas (the voters), learners and nodes change with replica
+	// changes, on the driver goroutine; replicas and learners are read
+	// under Host.mu elsewhere. nodes names the raft ids seen so far.
 	replicas []string
+	learners []string
 	nodes    map[uint64]string
 
 	// Driver goroutine only.
@@ -42,6 +44,9 @@ type Group struct {
 	// as the leader saw them at its last tick (nil: not the leader).
 	// Guarded by Host.mu.
 	inSync []string
+	// upToDate: the replicas whose log holds what the leader committed,
+	// but UpToDateSlack entries (guarded by Host.mu).
+	upToDate []string
 
 	// wanted: the state machine has something to propose; onList: the
 	// group is on the host's woken list.
@@ -86,7 +91,38 @@ func (g *Group) Replicas() []string {
 	return slices.Clone(g.replicas)
 }
 
-// InSync returns the replicas in sync with this leader, false when it
+// Learners returns the group's learners, as applied here: replicas that
+// get every entry but vote in nothing, until promoted.
+func (g *Group) Learners() []string {
+	g.h.mu.Lock()
+	defer g.h.mu.Unlock()
+	return slices.Clone(g.learners)
+}
+
+// Member reports whether this node is a voter or a learner of the group,
+// as applied here.
+func (g *Group) Member() bool {
+	self := g.h.o.NodeID
+	g.h.mu.Lock()
+	defer g.h.mu.Unlock()
+	return slices.Contains(g.replicas, self) || slices.Contains(g.learners, self)
+}
+
+// UpToDate returns the replicas (learners too) whose log holds every
+// entry this leader committed, but for a few in flight, as the leader
+// saw them at its last tick; false when it does not lead. A learner is
+// promoted only once up to date: one counted in sync while far behind
+// would be a voter without the entries it is counted for.
+func (g *Group) UpToDate() ([]string, bool) {
+	g.h.mu.Lock()
+	defer g.h.mu.Unlock()
+	if g.inSync == nil {
+		return nil, false
+	}
+	return slices.Clone(g.upToDate), true
+}
+
+// InSync returns the replicas (learners too) in sync with this leader, false when it
 // does not lead.
 func (g *Group) InSync() ([]string, bool) {
 	g.h.mu.Lock()
@@ -127,13 +163,52 @@ func (g *Group) FirstIndex() uint64 {
 // Leading reports, on the driver goroutine, whether this replica leads.
 func (g *Group) Leading() bool { return g.leader }
 
-// confState is the group's configuration: its replicas, all voters.
+// confState is the group's configuration: its voters and learners.
 func (g *Group) confState() *rpb.ConfState {
-	voters := make([]uint64, 0, len(g.replicas))
+	cs := &rpb.ConfState{Voters: make([]uint64, 0, len(g.replicas))}
 	for _, r := range g.replicas {
-		voters = append(voters, ID(r))
+		cs.Voters = append(cs.Voters, ID(r))
 	}
-	return &rpb.ConfState{Voters: voters}
+	for _, r := range g.learners {
+		cs.Learners = append(cs.Learners, ID(r))
+	}
+	return cs
+}
+
+// node names raft id, "" when no node known to the host has it.
+func (g *Group) node(id uint64) string {
+	if name, ok := g.nodes[id]; ok {
+		return name
+	}
+	if g.h.o.Nodes != nil {
+		for _, name := range g.h.o.Nodes() {
+			if ID(name) == id {
+				g.nodes[id] = name
+				return name
+			}
+		}
+	}
+	return ""
+}
+
+// setConf makes cs the group's replicas and learners (driver goroutine,
+// or before the group runs).
+func (g *Group) setConf(cs *rpb.ConfState) {
+	names := func(ids []uint64) []string {
+		out := make([]string, 0, len(ids))
+		for _, id := range ids {
+			if name := g.node(id); name != "" {
+				out = append(out, name)
+			} else {
+				g.h.log.Warn("a replica's node is not known", "group", g.name, "raft_id", id)
+			}
+		}
+		return out
+	}
+	voters, learners := names(cs.GetVoters()), names(cs.GetLearners())
+	g.h.mu.Lock()
+	g.replicas, g.learners = voters, learners
+	g.h.mu.Unlock()
 }
 
 // A replica whose next entry the leader compacted away gets a copy: the
@@ -209,28 +284,47 @@ func (h *Host) installSnapshot(g *Group, snap *rpb.Snapshot) {
 	if err := h.o.Store.Compact(g.name, meta.GetIndex(), meta.GetTerm()); err != nil {
 		h.log.Warn("recording a snapshot", "group", g.name, "err", err)
 	}
+	g.setConf(meta.GetConfState())
 	g.sm.Installed(meta.GetIndex())
 	g.synced = max(g.synced, meta.GetIndex())
 	g.compacted = max(g.compacted, meta.GetIndex())
 }
 
-// Replica changes: a leader replaces a replica or adds one, one change at
-// a time, as raft configuration changes whose context names the node, so
-// that every replica learns its name. The new replica starts from the
-// initial state every group shares and catches up by entries or, past the
-// compacted log, by a copy.
+// Replica changes: a leader adds a replica as a learner, which gets
+// every entry but counts in no vote and no commit; once it caught up, the
+// leader promotes it to a voter, and removes the replica it replaces.
+// One change at a time, as raft configuration changes whose context names
+// the node, so that every replica learns its name. The new replica starts
+// from the initial state every group shares and catches up by entries
+// or, past the compacted log, by a copy.
+
+// Change is a replica change a leader proposes.
+type Change int
+
+const (
+	// AddLearner adds a node as a learner.
+	AddLearner Change = iota
+	// Promote makes a learner a voter.
+	Promote
+	// Remove removes a voter or a learner.
+	Remove
+)
+
+func (c Change) String() string {
+	return [...]string{"add learner", "promote", "remove"}[c]
+}
 
 type confRequest struct {
-	g    *Group
-	add  bool
-	node string
+	g      *Group
+	change Change
+	node   string
 	// to, when set, asks for a leadership transfer instead, to a replica
 	// it accepts.
 	to func(string) bool
 }
 
 // RequestTransfer asks the driver to hand the group's leadership to a
-// replica to accepts. Any goroutine; dropped when many are waiting.
+// voter to accepts. Any goroutine; dropped when many are waiting.
 func (g *Group) RequestTransfer(to func(string) bool) {
 	select {
 	case g.h.changes <- confRequest{g: g, to: to}:
@@ -238,11 +332,13 @@ func (g *Group) RequestTransfer(to func(string) bool) {
 	}
 }
 
-// RequestChange asks the driver to propose adding (or removing) node as a
-// replica. Any goroutine; dropped when many are waiting.
-func (g *Group) RequestChange(add bool, node string) {
+// RequestChange asks the driver to propose a replica change of node. Any
+// goroutine; dropped when many are waiting, or when the group's replicas
+// do not allow it (a learner promoted must be one, a node added must be
+// none).
+func (g *Group) RequestChange(c Change, node string) {
 	select {
-	case g.h.changes <- confRequest{g: g, add: add, node: node}:
+	case g.h.changes <- confRequest{g: g, change: c, node: node}:
 	default:
 	}
 }
@@ -262,16 +358,25 @@ func (h *Host) proposeChange(r confRequest) {
 		}
 		return
 	}
-	typ := rpb.ConfChangeType_ConfChangeRemoveNode
-	if r.add {
+	voter, learner := slices.Contains(g.replicas, r.node), slices.Contains(g.learners, r.node)
+	var typ rpb.ConfChangeType
+	switch {
+	case r.change == AddLearner && !voter && !learner:
+		typ = rpb.ConfChangeType_ConfChangeAddLearnerNode
+	case r.change == Promote && learner:
 		typ = rpb.ConfChangeType_ConfChangeAddNode
-	}
-	cc := &rpb.ConfChange{Type: &typ, NodeId: proto.Uint64(ID(r.node)), Context: []byte(r.node)}
-	if err := g.rn.ProposeConfChange(cc); err != nil {
-		h.log.Warn("proposing a replica change", "group", g.name, "node", r.node, "add", r.add, "err", err)
+	case r.change == Remove && (voter || learner):
+		typ = rpb.ConfChangeType_ConfChangeRemoveNode
+	default:
 		return
 	}
-	h.log.Info("replica change proposed", "group", g.name, "node", r.node, "add", r.add)
+	g.nodes[ID(r.node)] = r.node
+	cc := &rpb.ConfChange{Type: &typ, NodeId: proto.Uint64(ID(r.node)), Context: []byte(r.node)}
+	if err := g.rn.ProposeConfChange(cc); err != nil {
+		h.log.Warn("proposing a replica change", "group", g.name, "node", r.node, "change", r.change.String(), "err", err)
+		return
+	}
+	h.log.Info("replica change proposed", "group", g.name, "node", r.node, "change", r.change.String())
 }
 
 // applyChange applies a committed replica change; it reports whether it
@@ -282,48 +387,60 @@ func (h *Host) applyChange(g *Group, e *rpb.Entry) bool {
 		h.log.Error("replica change undecodable", "group", g.name, "err", err)
 		return false
 	}
+	if name := string(cc.GetContext()); name != "" {
+		g.nodes[cc.GetNodeId()] = name
+	}
 	cs := g.rn.ApplyConfChange(&cc)
-	node := string(cc.GetContext())
 	if cc.GetType() == rpb.ConfChangeType_ConfChangeRemoveNode && cc.GetNodeId() == h.id {
-		h.mu.Lock()
-		delete(h.groups, g.name)
-		h.mu.Unlock()
-		delete(h.dirty, g)
-		g.isLeader.Store(false)
-		g.caughtUp.Store(false)
-		if g.recovering.Swap(false) {
-			if f := h.o.Observer.Recovering; f != nil {
-				f(-1)
-			}
-		}
-		g.sm.Removed()
-		if err := h.o.Store.Drop(g.name); err != nil {
-			h.log.Warn("dropping a raft group", "group", g.name, "err", err)
-		}
-		h.log.Info("no longer a replica", "group", g.name)
-		h.changed()
-		return true
+		// Not closed here: a replica added again after a removal replays
+		// that removal from the group's start, and a replica removed is
+		// seldom told. Whoever runs the group closes it (Group.Close) when
+		// its records no longer name this node.
+		h.log.Info("this node is removed from the group's replicas, as of this entry", "group", g.name, "index", e.GetIndex())
 	}
-	h.mu.Lock()
-	before := len(g.replicas)
-	switch cc.GetType() {
-	case rpb.ConfChangeType_ConfChangeAddNode:
-		if node != "" && !slices.Contains(g.replicas, node) {
-			g.replicas = append(slices.Clone(g.replicas), node)
-			g.nodes[cc.GetNodeId()] = node
-		}
-	case rpb.ConfChangeType_ConfChangeRemoveNode:
-		g.replicas = slices.DeleteFunc(slices.Clone(g.replicas), func(r string) bool { return ID(r) == cc.GetNodeId() })
-	}
-	changed := len(g.replicas) != before
-	replicas := g.replicas
-	h.mu.Unlock()
+	before := g.Replicas()
+	beforeLearners := g.Learners()
+	g.setConf(cs)
 	if err := h.o.Store.Save([]Write{{Group: g.name, ConfState: cs}}, true); err != nil {
 		h.log.Warn("recording a replica change", "group", g.name, "err", err)
 	}
-	if changed {
-		h.log.Info("replicas changed", "group", g.name, "replicas", replicas)
+	if !slices.Equal(before, g.Replicas()) || !slices.Equal(beforeLearners, g.Learners()) {
+		h.log.Info("replicas changed", "group", g.name, "replicas", g.Replicas(), "learners", g.Learners())
 	}
 	h.changed()
 	return false
+}
+
+// drop ends the group here and drops its log (driver goroutine).
+func (h *Host) drop(g *Group, why string) {
+	h.mu.Lock()
+	if h.groups[g.name] == g {
+		delete(h.groups, g.name)
+	}
+	h.mu.Unlock()
+	delete(h.dirty, g)
+	g.isLeader.Store(false)
+	g.caughtUp.Store(false)
+	if g.recovering.Swap(false) {
+		if f := h.o.Observer.Recovering; f != nil {
+			f(-1)
+		}
+	}
+	g.sm.Removed()
+	if err := h.o.Store.Drop(g.name); err != nil {
+		h.log.Warn("dropping a raft group", "group", g.name, "err", err)
+	}
+	h.log.Info("raft group closed here", "group", g.name, "why", why)
+	h.changed()
+}
+
+// Close ends the group here and drops its log: the cluster's records say
+// this node is no longer one of its replicas, a removal it may not have
+// been told of (a leader stops sending to a replica it removed). Any
+// goroutine; a node named a replica again later starts from an empty log.
+func (g *Group) Close() {
+	select {
+	case g.h.closes <- g:
+	case <-g.h.stopped():
+	}
 }

@@ -131,6 +131,10 @@ type Options struct {
 	// Live reports whether a node is a member now (a leader hands its
 	// leadership only to live ones); nil: every node.
 	Live func(node string) bool
+	// Nodes names every node that may be a replica: a replica known to a
+	// group only by its raft id (restored from the log, or in a snapshot)
+	// is named from them.
+	Nodes func() []string
 
 	// Fine tuning.
 	Tick          time.Duration // default 100ms
@@ -173,6 +177,12 @@ type Host struct {
 	copies  chan copyResult
 	sending map[string]bool
 	changes chan confRequest
+	// closes brings the groups the cluster closes here (Group.Close);
+	// closed names those closed in this run (driver goroutine, and Open
+	// under mu).
+	closes chan *Group
+	closed map[string]bool
+	done   chan struct{} // closed when Run returns
 	// checkpoints brings back the checkpoints run beside the driver;
 	// checkpointing is set while one runs (driver goroutine).
 	checkpoints   chan checkpointDone
@@ -221,8 +231,12 @@ func New(o Options) *Host {
 	return &Host{o: o, log: log, id: ID(o.NodeID), groups: map[string]*Group{},
 		inbox: make(chan inbound, 4096), wake: make(chan struct{}, 1),
 		copies: make(chan copyResult, 64), sending: map[string]bool{}, changes: make(chan confRequest, 64),
+		closes: make(chan *Group), closed: map[string]bool{}, done: make(chan struct{}),
 		checkpoints: make(chan checkpointDone, 1), dirty: map[*Group]bool{}}
 }
+
+// stopped is closed once Run returned.
+func (h *Host) stopped() <-chan struct{} { return h.done }
 
 // Poke wakes the driver.
 func (h *Host) Poke() {
@@ -297,6 +311,7 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		nodes[voters[i]] = r
 	}
 	applied := uint64(0)
+	var conf *rpb.ConfState
 	fresh := st.Snapshot == nil && st.HardState == nil
 	if fresh {
 		// New: an initial state every replica shares, as if a snapshot
@@ -325,6 +340,7 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		if meta.ConfState == nil {
 			meta.ConfState = &rpb.ConfState{Voters: voters}
 		}
+		conf = meta.ConfState
 		if err := ms.ApplySnapshot(&rpb.Snapshot{Metadata: meta}); err != nil {
 			return nil, err
 		}
@@ -351,6 +367,14 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		}
 	}
 	recovering := h.recoveringAtOpen(st)
+	h.mu.Lock()
+	if fresh && h.closed[name] && slices.Contains(replicas, h.o.NodeID) {
+		// Closed here in this run, named a voter again with an empty log:
+		// the records this node was closed by were stale, and it may have
+		// acknowledged entries it no longer has.
+		recovering = true
+	}
+	h.mu.Unlock()
 	if recovering {
 		yes := true
 		if err := h.o.Store.Save([]Write{{Group: name, Recovering: &yes}}, true); err != nil {
@@ -368,6 +392,10 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 	g := &Group{h: h, name: name, sm: sm, rn: rn, ms: ms, replicas: replicas, nodes: nodes,
 		campaign: fresh && !recovering && len(replicas) > 0 && replicas[0] == h.o.NodeID,
 		synced:   applied}
+	if !fresh {
+		// Its replicas as its log has them.
+		g.setConf(conf)
+	}
 	g.recovering.Store(recovering)
 	sm.Bind(g)
 	h.mu.Lock()
@@ -392,6 +420,7 @@ func (h *Host) Run(ctx context.Context) {
 	h.mu.Lock()
 	h.ctx = ctx
 	h.mu.Unlock()
+	defer close(h.done)
 	tick := time.NewTicker(h.o.Tick)
 	defer tick.Stop()
 	sync := time.NewTicker(h.o.SyncEvery)
@@ -414,6 +443,13 @@ func (h *Host) Run(ctx context.Context) {
 			h.copyDone(r)
 		case r := <-h.changes:
 			h.proposeChange(r)
+		case g := <-h.closes:
+			if h.Group(g.name) == g {
+				h.mu.Lock()
+				h.closed[g.name] = true
+				h.mu.Unlock()
+				h.drop(g, "the cluster no longer names this node a replica")
+			}
 		case m := <-h.inbox:
 			h.step(m)
 			for drained := false; !drained; {
@@ -650,7 +686,7 @@ func (h *Host) progress(g *Group) {
 	g.lagged, g.laggedBefore = g.laggedBefore[:0], lagged
 	if !g.leader {
 		h.mu.Lock()
-		g.inSync = nil
+		g.inSync, g.upToDate = nil, nil
 		h.mu.Unlock()
 		if obs.LagGone != nil {
 			for _, node := range lagged {
@@ -660,9 +696,10 @@ func (h *Host) progress(g *Group) {
 		return
 	}
 	last, _ := g.ms.LastIndex()
-	var in []string
+	commit := g.rn.BasicStatus().GetCommit()
+	var in, upToDate []string
 	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-		node := g.nodes[id]
+		node := g.node(id)
 		lag := uint64(0)
 		if last > pr.Match {
 			lag = last - pr.Match
@@ -672,6 +709,9 @@ func (h *Host) progress(g *Group) {
 		}
 		if lag <= h.o.InSyncLag && (id == h.id || pr.RecentActive) {
 			in = append(in, node)
+		}
+		if id == h.id || (pr.RecentActive && pr.Match+upToDateSlack >= commit) {
+			upToDate = append(upToDate, node)
 		}
 		if obs.Lag != nil {
 			obs.Lag(g.name, node, lag)
@@ -687,15 +727,20 @@ func (h *Host) progress(g *Group) {
 		}
 	}
 	slices.Sort(in)
+	slices.Sort(upToDate)
 	h.mu.Lock()
-	g.inSync = in
+	g.inSync, g.upToDate = in, upToDate
 	h.mu.Unlock()
 }
+
+// upToDateSlack is how many committed entries a replica may lack and be
+// up to date: those in flight to it.
+const upToDateSlack = 8
 
 // send hands messages to the transport.
 func (h *Host) send(g *Group, msgs []*rpb.Message) {
 	for _, m := range msgs {
-		node := g.nodes[m.GetTo()]
+		node := g.node(m.GetTo())
 		if node == "" {
 			continue
 		}

@@ -477,18 +477,23 @@ func TestCopy(t *testing.T) {
 	})
 }
 
-// TestReplicaChange: a node added as a replica catches up; a replica
-// removed is told and its group closed there.
+// TestReplicaChange: a node joins as a learner, catches up and is
+// promoted; a replica removed, closed, drops the group.
 func TestReplicaChange(t *testing.T) {
 	c := newCluster(t, 100, "a", "b", "c", "d")
 	c.open("g", abc, abc...)
 	c.leader("g", abc...)
 	c.propose(abc, "g", values("v", 10)...)
-	c.change(abc, "g", true, "d")
-	c.open("g", []string{"a", "b", "c", "d"}, "d")
+	c.change(abc, "g", multiraft.AddLearner, "d")
+	c.open("g", abc, "d")
 	c.converge("g", 10, "a", "b", "c", "d")
-	c.change([]string{"a", "b", "c", "d"}, "g", false, "c")
-	waitFor(t, "c told it is removed", func() bool {
+	c.change(abc, "g", multiraft.Promote, "d")
+	abcd := []string{"a", "b", "c", "d"}
+	c.change(abcd, "g", multiraft.Remove, "c")
+	// Closed by whoever runs the group, as the cluster does once its
+	// records no longer name c.
+	c.nodes["c"].h.Group("g").Close()
+	waitFor(t, "c's state machine told it is removed", func() bool {
 		s := c.sm("c", "g")
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -499,6 +504,82 @@ func TestReplicaChange(t *testing.T) {
 	}
 	c.propose([]string{"a", "b", "d"}, "g", "after")
 	c.converge("g", 11, "a", "b", "d")
+}
+
+// TestLearnerDoesNotVote: with the leader and another voter cut off, the
+// third voter and a learner do not elect a leader, though they are two of four replicas;
+// healed, the group goes on with the learner caught up.
+func TestLearnerDoesNotVote(t *testing.T) {
+	c := newCluster(t, 100, "a", "b", "c", "d")
+	c.open("g", abc, abc...)
+	c.leader("g", abc...)
+	c.change(abc, "g", multiraft.AddLearner, "d")
+	c.open("g", abc, "d")
+	c.propose(abc, "g", values("v", 5)...)
+	c.converge("g", 5, "a", "b", "c", "d")
+	// The leader and another voter cut off: the third voter and the
+	// learner are left.
+	lead := c.leader("g", abc...)
+	others := slices.DeleteFunc(slices.Clone(abc), func(id string) bool { return id == lead })
+	c.net.isolate(lead, true)
+	c.net.isolate(others[0], true)
+	// The leader steps down once it misses a quorum (CheckQuorum).
+	waitFor(t, "the cut-off leader steps down", func() bool { return !c.nodes[lead].h.Group("g").IsLeader() })
+	deadline := time.Now().Add(30 * election)
+	for time.Now().Before(deadline) {
+		for _, id := range []string{others[1], "d"} {
+			if c.nodes[id].h.Group("g").IsLeader() {
+				t.Fatalf("%s was elected with a learner's vote", id)
+			}
+		}
+		time.Sleep(tick)
+	}
+	c.net.isolate(lead, false)
+	c.net.isolate(others[0], false)
+	c.propose(abc, "g", "after")
+	c.converge("g", 6, "a", "b", "c", "d")
+	if g := c.nodes["d"].h.Group("g"); !slices.Equal(g.Learners(), []string{"d"}) || len(g.Replicas()) != 3 {
+		t.Fatalf("d sees replicas %v, learners %v", g.Replicas(), g.Learners())
+	}
+}
+
+// TestRemovedAndAddedAgain: a replica removed while cut off never hears
+// of it; closed there (as the cluster does when its records no longer
+// name it), added again as a learner, it starts from an empty log, gets
+// every value back and is promoted.
+func TestRemovedAndAddedAgain(t *testing.T) {
+	c := newCluster(t, 100, "a", "b", "c", "d")
+	c.open("g", abc, abc...)
+	c.leader("g", abc...)
+	c.propose(abc, "g", values("one", 5)...)
+	c.converge("g", 5, abc...)
+	c.net.isolate("c", true)
+	c.change([]string{"a", "b"}, "g", multiraft.AddLearner, "d")
+	c.open("g", abc, "d")
+	c.change([]string{"a", "b"}, "g", multiraft.Promote, "d")
+	c.change([]string{"a", "b", "d"}, "g", multiraft.Remove, "c")
+	c.propose([]string{"a", "b", "d"}, "g", values("two", 5)...)
+	g := c.nodes["c"].h.Group("g")
+	if !g.Member() {
+		t.Fatal("c, cut off, was told of its removal")
+	}
+	g.Close()
+	waitFor(t, "c closed the group", func() bool { return c.nodes["c"].h.Group("g") == nil })
+	c.net.isolate("c", false)
+	delete(c.disks, c.nodes["c"].dir+"/g") // its state machine starts empty too
+	abd := []string{"a", "b", "d"}
+	c.change(abd, "g", multiraft.AddLearner, "c")
+	c.open("g", abd, "c")
+	c.converge("g", 10, "a", "b", "c", "d")
+	c.change(abd, "g", multiraft.Promote, "c")
+	c.propose(abc, "g", "three")
+	got := c.converge("g", 11, "a", "b", "c", "d")
+	if !slices.Equal(got, append(append(values("one", 5), values("two", 5)...), "three")) {
+		t.Fatalf("applied %v", got)
+	}
+	if g := c.nodes["c"].h.Group("g"); g.Recovering() {
+		t.Fatal("c, added again as a learner, is recovering")
+	}
 }
 
 // TestRecoveringDoesNotVote: c, whose log is gone while it is a replica,
@@ -550,21 +631,31 @@ func TestRecoveringDoesNotVote(t *testing.T) {
 	waitFor(t, "c recovered", func() bool { return !c.nodes["c"].h.Group("g").Recovering() })
 }
 
-// change asks the leader of group among the nodes named to add (or
-// remove) node, again until the leader applied it.
-func (c *cluster) change(among []string, group string, add bool, node string) {
+// change asks the leader of group among the nodes named for a replica
+// change of node, again until the leader applied it.
+func (c *cluster) change(among []string, group string, ch multiraft.Change, node string) {
 	c.t.Helper()
+	done := func(g *multiraft.Group) bool {
+		voter, learner := slices.Contains(g.Replicas(), node), slices.Contains(g.Learners(), node)
+		switch ch {
+		case multiraft.AddLearner:
+			return learner
+		case multiraft.Promote:
+			return voter
+		}
+		return !voter && !learner
+	}
 	deadline := time.Now().Add(waitLimit)
 	for {
 		g := c.nodes[c.leader(group, among...)].h.Group(group)
-		g.RequestChange(add, node)
+		g.RequestChange(ch, node)
 		for end := time.Now().Add(20 * election); time.Now().Before(end); time.Sleep(tick) {
-			if slices.Contains(g.Replicas(), node) == add {
+			if done(g) {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("replica change of %s (add %v) not applied within %s", node, add, waitLimit)
+			c.t.Fatalf("replica change of %s (%s) not applied within %s", node, ch, waitLimit)
 		}
 	}
 }

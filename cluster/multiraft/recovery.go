@@ -99,7 +99,7 @@ func (h *Host) lostEntries(g *Group, m *rpb.Message) {
 	if m.GetIndex() > pr.Match {
 		return
 	}
-	node := g.nodes[m.GetFrom()]
+	node := g.node(m.GetFrom())
 	if m.GetRejectHint() >= pr.Match {
 		// It has what it acknowledged; a probe shows where it is.
 		g.rn.ReportUnreachable(m.GetFrom())
