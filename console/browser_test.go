@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,15 +50,17 @@ func TestConsoleBrowser(t *testing.T) {
 	// No node has /api/v1/cluster yet: the cluster map is checked against
 	// a stand-in for a clustered node's admin API.
 	t.Run("cluster map", func(t *testing.T) {
-		srv := httptest.NewServer(clusteredNode(""))
+		changes := &posts{}
+		srv := httptest.NewServer(clusteredNode("", changes))
 		t.Cleanup(srv.Close)
 		p := newTab(t, newBrowser(t), srv.URL, nil)
 		p.clusterMap()
+		p.drainNodes(changes)
 	})
 	// SPEC section 9 has every /api/v1/ call need the token once one is
 	// set, reads included: the console asks for it before it shows anything.
 	t.Run("reads need the token", func(t *testing.T) {
-		srv := httptest.NewServer(clusteredNode("read-token"))
+		srv := httptest.NewServer(clusteredNode("read-token", &posts{}))
 		t.Cleanup(srv.Close)
 		p := newTab(t, newBrowser(t), srv.URL, nil)
 		p.waitFor("the login", `!document.getElementById("login").hidden`)
@@ -308,32 +312,61 @@ func (p *tab) tokenRequired(token string) {
 	p.waitFor("the overview without jobs", `location.hash === "#/" && !document.querySelector('#queues tr[data-queue="jobs"]')`)
 }
 
+// posts records the changes a stand-in node was asked for.
+type posts struct {
+	mu    sync.Mutex
+	paths []string
+}
+
+func (p *posts) add(path string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paths = append(p.paths, path)
+}
+
+func (p *posts) list() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.paths)
+}
+
 // clusteredNode serves the console and the reads of a clustered node's
-// admin API, with the cluster document of SPEC section 7; with a token,
-// every read needs it.
-func clusteredNode(token string) http.Handler {
+// admin API, with the cluster document of SPEC section 7: a node up, one
+// draining, one down, one catching up as a learner and one drained. It
+// answers drains and undrains, recording them in changes. With a token,
+// every call needs it.
+func clusteredNode(token string, changes *posts) http.Handler {
 	orders := broker.QueueView{Node: "node-1", Name: "orders", Settings: broker.Settings{Partitions: 2}, Depth: 5,
 		Groups:     []broker.GroupView{{Name: "billing", Consumers: 2, Lag: 1}},
 		Partitions: []broker.PartitionView{{Partition: 0, Next: 3, Committed: 3, Depth: 3}, {Partition: 1, Next: 2, Committed: 2, Depth: 2}}}
 	list := broker.QueueList{Node: "node-1", Queues: []broker.QueueView{orders}}
 	list.Queues[0].Partitions = nil
 	const cluster = `{
+	  "node": "node-1", "clustered": true,
 	  "nodes": [
-	    {"id": "node-1", "mqtt": "127.0.0.1:11883", "http": "127.0.0.1:11990", "cluster_addr": "127.0.0.1:11400", "state": "up"},
-	    {"id": "node-2", "mqtt": "127.0.0.1:12883", "http": "127.0.0.1:12990", "cluster_addr": "127.0.0.1:12400", "state": "up"},
-	    {"id": "node-3", "mqtt": "127.0.0.1:13883", "http": "127.0.0.1:13990", "cluster_addr": "127.0.0.1:13400", "state": "down"}
+	    {"id": "node-1", "mqtt": "127.0.0.1:11883", "http": "127.0.0.1:11990", "cluster_addr": "127.0.0.1:11400", "state": "up", "drained": false, "replicas": 2, "leads": 1},
+	    {"id": "node-2", "mqtt": "127.0.0.1:12883", "http": "127.0.0.1:12990", "cluster_addr": "127.0.0.1:12400", "state": "draining", "drained": true, "replicas": 2, "leads": 1},
+	    {"id": "node-3", "mqtt": "", "http": "", "cluster_addr": "", "state": "down", "drained": false, "replicas": 2, "leads": 0},
+	    {"id": "node-4", "mqtt": "127.0.0.1:14883", "http": "127.0.0.1:14990", "cluster_addr": "127.0.0.1:14400", "state": "up", "drained": false, "replicas": 1, "leads": 0},
+	    {"id": "node-5", "mqtt": "127.0.0.1:15883", "http": "127.0.0.1:15990", "cluster_addr": "127.0.0.1:15400", "state": "drained", "drained": true, "replicas": 0, "leads": 0}
 	  ],
 	  "partitions": [
-	    {"queue": "orders", "partition": 0, "owner": "node-1", "epoch": 4, "replicas": ["node-1", "node-2", "node-3"], "in_sync": ["node-1", "node-2"]},
-	    {"queue": "orders", "partition": 1, "owner": "node-2", "epoch": 7, "replicas": ["node-2", "node-1", "node-3"], "in_sync": ["node-2", "node-1"]}
+	    {"queue": "orders", "partition": 0, "owner": "node-1", "epoch": 4, "replicas": ["node-1", "node-2", "node-3"], "learners": ["node-4"], "in_sync": ["node-1", "node-2"]},
+	    {"queue": "orders", "partition": 1, "owner": "node-2", "epoch": 7, "replicas": ["node-2", "node-1", "node-3"], "learners": [], "in_sync": ["node-2", "node-1"]}
 	  ]
 	}`
+	authorized := func(w http.ResponseWriter, r *http.Request) bool {
+		w.Header().Set("Content-Type", "application/json")
+		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error": "missing bearer token"}`))
+			return false
+		}
+		return true
+	}
 	reply := func(v any) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
-				w.WriteHeader(http.StatusUnauthorized)
-				_, _ = w.Write([]byte(`{"error": "missing bearer token"}`))
+			if !authorized(w, r) {
 				return
 			}
 			if s, ok := v.(string); ok {
@@ -351,6 +384,19 @@ func clusteredNode(token string) http.Handler {
 	mux.HandleFunc("GET /api/v1/queues/orders", reply(orders))
 	mux.HandleFunc("GET /api/v1/queues/orders/dlq/messages", reply(broker.MessageList{Messages: []broker.MessageView{}}))
 	mux.HandleFunc("GET /api/v1/cluster", reply(cluster))
+	mux.HandleFunc("POST /api/v1/cluster/nodes/{node}/{change}", func(w http.ResponseWriter, r *http.Request) {
+		if !authorized(w, r) {
+			return
+		}
+		change := r.PathValue("change")
+		if change != "drain" && change != "undrain" {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error": "no such endpoint"}`))
+			return
+		}
+		changes.add(r.URL.Path)
+		_ = json.NewEncoder(w).Encode(broker.DrainView{Node: r.PathValue("node"), Drained: change == "drain"})
+	})
 	return mux
 }
 
@@ -358,11 +404,53 @@ func (p *tab) clusterMap() {
 	p.t.Helper()
 	p.waitText(`#cluster tr[data-node="node-3"] td.node-state`, "down")
 	p.waitText(`#cluster tr[data-node="node-1"] td.node-state`, "up")
+	p.waitText(`#cluster tr[data-node="node-2"] td.node-state`, "draining")
+	p.waitText(`#cluster tr[data-node="node-5"] td.node-state`, "drained")
+	for node, class := range map[string]string{"node-1": "ok", "node-2": "warn", "node-3": "bad", "node-5": "muted"} {
+		if !eval[bool](p, `document.querySelector('#cluster tr[data-node="`+node+`"] td.node-state').classList.contains(`+js(class)+`)`) {
+			p.t.Errorf("the state of %s is not shown as %s", node, class)
+		}
+	}
 	p.waitContains(`#cluster table.owners`, "node-2, node-1, node-3")
-	p.waitText(`#cluster tr[data-node="node-2"] td.num`, "1")
+	p.waitText(`#cluster tr[data-node="node-2"] td.replicas`, "2")
+	p.waitText(`#cluster tr[data-node="node-2"] td.leads`, "1")
+	p.waitText(`#cluster tr[data-node="node-4"] td.replicas`, "1")
+	p.waitText(`#cluster tr[data-node="node-4"] td.leads`, "0")
+	p.waitContains(`#cluster table.owners thead`, "Learners")
+	if got := eval[[]string](p, `[...document.querySelectorAll("#cluster table.owners td.learners")].map((e) => e.textContent)`); !slices.Equal(got, []string{"node-4", ""}) {
+		p.t.Errorf("learners per partition: %q, want node-4 and none", got)
+	}
+	// A node drained has Undrain, the others Drain.
+	for node, button := range map[string]string{"node-1": "Drain…", "node-2": "Undrain…", "node-3": "Drain…", "node-5": "Undrain…"} {
+		p.waitText(`#cluster tr[data-node="`+node+`"] td.actions button`, button)
+	}
 	p.screenshot("cluster")
 	p.do("opening orders", chromedp.Navigate(p.base+"/ui/#/queues/orders"))
 	p.waitText("#queue-name", "orders")
 	p.waitContains("table.partitions thead", "Owner")
 	p.waitContains(`table.partitions tr[data-partition="1"]`, "node-2")
+	p.do("back to the overview", chromedp.Navigate(p.base+"/ui/#/"))
+}
+
+// drainNodes drains and undrains nodes with the cluster map's buttons:
+// each asks first; a cancelled one calls nothing.
+func (p *tab) drainNodes(changes *posts) {
+	p.t.Helper()
+	p.click(`#cluster tr[data-node="node-1"] button.drain-node`)
+	p.confirm(false, "node-1 is given no partition, replica or leadership, and the 2 replicas it holds move")
+	time.Sleep(300 * time.Millisecond)
+	if got := changes.list(); len(got) != 0 {
+		p.t.Fatalf("a cancelled drain called %q", got)
+	}
+	p.click(`#cluster tr[data-node="node-1"] button.drain-node`)
+	p.confirm(true, "Once its state is drained it holds nothing and can be stopped")
+	p.waitNotice(`^Drained node-1: its partitions move to the other nodes\.`)
+	p.clearNotice()
+	p.click(`#cluster tr[data-node="node-2"] button.undrain-node`)
+	p.confirm(true, "node-2 takes its share of partitions")
+	p.waitNotice(`^Undrained node-2: it takes its share of partitions again\.`)
+	want := []string{"/api/v1/cluster/nodes/node-1/drain", "/api/v1/cluster/nodes/node-2/undrain"}
+	if got := changes.list(); !slices.Equal(got, want) {
+		p.t.Errorf("calls %q, want %q", got, want)
+	}
 }

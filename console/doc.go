@@ -11,8 +11,10 @@
 // the browser from successive polls of the counters, groups with lag and
 // consumers, dead letters waiting), a queue's partitions, groups and
 // leases, a dead-letter browser with replay and purge, and the cluster map
-// when /api/v1/cluster says the node is part of a cluster. They poll every
-// two seconds.
+// (nodes with their state, replicas and leaderships, and a button to drain
+// or undrain each; partitions with their replicas and learners) when
+// /api/v1/cluster says the node is part of a cluster. They poll every two
+// seconds.
 //
 // # Security
 //

@@ -55,13 +55,14 @@ func (a *adminCall) dlqPath() string {
 
 // adminSpec is one admin command.
 type adminSpec struct {
-	name  string                                  // "queue peek"
-	args  string                                  // its arguments, for the usage
-	nargs int                                     // how many; -1: one or more
-	short string                                  // what it does, in a line
-	about string                                  // what it does, in full
-	flags func(fs *flag.FlagSet, o *adminOptions) // its own flags, beside --server, --token and --json
-	run   func(ctx context.Context, a *adminCall) error
+	name    string                                  // "queue peek"
+	args    string                                  // its arguments, for the usage
+	nargs   int                                     // how many; -1: one or more
+	missing string                                  // the usage error when arguments are missing, if not the generic one
+	short   string                                  // what it does, in a line
+	about   string                                  // what it does, in full
+	flags   func(fs *flag.FlagSet, o *adminOptions) // its own flags, beside --server, --token and --json
+	run     func(ctx context.Context, a *adminCall) error
 }
 
 func dlqFlag(what string) func(*flag.FlagSet, *adminOptions) {
@@ -106,7 +107,7 @@ var adminCommands = []adminSpec{
 				fmt.Fprintf(w, "purged %d messages from %s\n", r.Purged, r.Queue)
 			})
 		}},
-	{name: "queue declare", args: "QUEUE [KEY=VALUE ...]", nargs: -1, short: "create a queue or change its settings",
+	{name: "queue declare", args: "QUEUE [KEY=VALUE ...]", nargs: -1, short: "create a queue or change its settings", missing: "want a queue name",
 		about: "Creates a queue or changes its settings, named as in the config file:\npartitions=16 ack_timeout=10s. Kept across restarts, over the config\nfile's. Needs the token when the node has one.",
 		run: func(ctx context.Context, a *adminCall) error {
 			settings := map[string]any{}
@@ -150,15 +151,91 @@ var adminCommands = []adminSpec{
 			}
 			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+"/dlq/replay", req, a.out, printReplay)
 		}},
-	{name: "cluster status", short: "the nodes and the owner of each partition",
-		about: "Shows the cluster as the node asked sees it: each node with its state (up,\nleaving, down), addresses and partitions owned, then each partition of\nevery queue with its owner, epoch, replicas and in-sync replicas. Any node\nanswers; a single node shows itself owning every partition.",
+	{name: "cluster status", short: "the nodes and the owner and replicas of each partition",
+		about: "Shows the cluster as the node asked sees it: each node with its state (up,\nleaving, draining, drained, down), addresses, and how many partitions it\nkeeps a replica of and leads; then each partition of every queue with its\nowner, epoch, replicas, in-sync replicas and learners (replicas catching up\nbefore they vote). Any node answers; a single node shows itself owning\nevery partition.",
 		run: func(ctx context.Context, a *adminCall) error {
 			return call(ctx, a.c, "GET", "/api/v1/cluster", nil, a.out, printCluster)
+		}},
+	{name: "cluster drain", args: "NODE", nargs: 1, short: "move every partition, replica and leadership off a node",
+		missing: "want the id of the node to drain, as shardq cluster status lists it",
+		about:   "Drains a node: it is given no partition, replica or leadership, and what it\nholds moves to the other nodes, a few at a time (cluster.max_moves per\nleader). Once shardq cluster status shows it drained, it holds nothing and\ncan be stopped. It stays drained, across restarts, until\nshardq cluster undrain. While fewer other nodes than a queue's replication\nfactor are left, its replicas of that queue stay. Needs the token when the\nnode has one.",
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "POST", "/api/v1/cluster/nodes/"+a.q(0)+"/drain", nil, a.out, func(w io.Writer, r broker.DrainView) {
+				fmt.Fprintf(w, "node %s drained: its partitions move to the other nodes; watch shardq cluster status\n", r.Node)
+			})
+		}},
+	{name: "cluster undrain", args: "NODE", nargs: 1, short: "let a drained node hold partitions again",
+		missing: "want the id of the node to undrain, as shardq cluster status lists it",
+		about:   "Undrains a node: it takes its share of partitions, replicas and leaderships\nagain, a few at a time. Needs the token when the node has one.",
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "POST", "/api/v1/cluster/nodes/"+a.q(0)+"/undrain", nil, a.out, func(w io.Writer, r broker.DrainView) {
+				fmt.Fprintf(w, "node %s undrained: it takes its share of partitions again\n", r.Node)
+			})
+		}},
+	{name: "cluster placement", short: "the placement rules: which nodes hold which queues",
+		about: "Shows the cluster's placement rules in order: the first rule whose pattern\nmatches a queue's name gives the nodes its partitions live on; a queue no\nrule matches lives on any node. shardq cluster placement set and clear\nchange them.",
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "GET", "/api/v1/cluster/placement", nil, a.out, printPlacement)
+		}},
+	{name: "cluster placement set", args: "QUEUES=NODE[,NODE...] [...]", nargs: -1, short: "replace the placement rules",
+		missing: "want one rule or more, like 'orders-*=a,b' (shardq cluster placement clear removes them all)",
+		about:   "Replaces the cluster's placement rules with these, in order. A rule is a\nglob of queue names (path.Match: *, ?, [...]), =, and the ids of the nodes\nthe matching queues live on, comma-separated. Quote each rule, so that the\nshell leaves its * alone:\n\n  shardq cluster placement set 'orders-*=a,b' 'audit=c'\n\nThe first rule that matches a queue decides; a queue no rule matches lives\non any node. Partitions then move to the nodes their rule names, a few at\na time. The rules are kept in etcd: cluster.placement in a config file\nonly seeds them while the cluster has none. Needs the token when the node\nhas one.",
+		run: func(ctx context.Context, a *adminCall) error {
+			v := broker.PlacementView{Rules: []broker.PlacementRuleView{}}
+			for _, arg := range a.pos {
+				rule, err := parseRule(arg)
+				if err != nil {
+					return err
+				}
+				v.Rules = append(v.Rules, rule)
+			}
+			return call(ctx, a.c, "PUT", "/api/v1/cluster/placement", v, a.out, func(w io.Writer, v broker.PlacementView) {
+				fmt.Fprintln(w, "placement set: partitions move to the nodes their rule names, a few at a time; watch shardq cluster status")
+				fmt.Fprintln(w)
+				printPlacement(w, v)
+			})
+		}},
+	{name: "cluster placement clear", short: "remove every placement rule: every queue on every node",
+		about: "Removes every placement rule of the cluster: every queue may then live on\nany node, and partitions spread over them, a few at a time. Needs the token\nwhen the node has one.",
+		run: func(ctx context.Context, a *adminCall) error {
+			v := broker.PlacementView{Rules: []broker.PlacementRuleView{}}
+			return call(ctx, a.c, "PUT", "/api/v1/cluster/placement", v, a.out, func(w io.Writer, _ broker.PlacementView) {
+				fmt.Fprintln(w, "placement rules cleared: every queue on every node; partitions spread over them, a few at a time")
+			})
 		}},
 }
 
 // adminAliases are other names users reach for.
-var adminAliases = map[string]string{"queue list": "queues", "queue ls": "queues"}
+var adminAliases = map[string]string{"queue list": "queues", "queue ls": "queues", "cluster placement show": "cluster placement"}
+
+// adminKnown reports whether name is an admin command or one of its
+// aliases.
+func adminKnown(name string) bool {
+	_, alias := adminAliases[name]
+	return alias || slices.ContainsFunc(adminCommands, func(s adminSpec) bool { return s.name == name })
+}
+
+// parseRule parses a placement rule as shardq cluster placement set takes
+// it: QUEUES=NODE[,NODE...].
+func parseRule(arg string) (broker.PlacementRuleView, error) {
+	const want = "want QUEUES=NODE[,NODE...], like 'orders-*=a,b'"
+	queues, nodes, ok := strings.Cut(arg, "=")
+	queues = strings.TrimSpace(queues)
+	if !ok || queues == "" {
+		return broker.PlacementRuleView{}, usageErr{fmt.Sprintf("%s, got %q", want, arg)}
+	}
+	if strings.TrimSpace(nodes) == "" {
+		return broker.PlacementRuleView{}, usageErr{fmt.Sprintf("rule %q names no node: %s", arg, want)}
+	}
+	rule := broker.PlacementRuleView{Queues: queues}
+	for _, id := range strings.Split(nodes, ",") {
+		if id = strings.TrimSpace(id); id == "" {
+			return broker.PlacementRuleView{}, usageErr{fmt.Sprintf("rule %q has an empty node id: %s", arg, want)}
+		}
+		rule.Nodes = append(rule.Nodes, id)
+	}
+	return rule, nil
+}
 
 // serverURL turns --server into the node's base URL: an address without
 // a scheme (127.0.0.1:8990) is taken as http.
@@ -210,6 +287,11 @@ func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		name += " " + rest[0]
 		rest = rest[1:]
 	}
+	// A subcommand of a subcommand: shardq cluster placement set.
+	if len(rest) > 0 && adminKnown(name+" "+rest[0]) {
+		name += " " + rest[0]
+		rest = rest[1:]
+	}
 	if alias, ok := adminAliases[name]; ok {
 		name = alias
 	}
@@ -236,17 +318,24 @@ func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	c.flags.StringVar(&o.cacert, "cacert", "", "a PEM `FILE` of the CAs that signed an https server's certificate (default: the system's)")
 	c.env["server"], c.env["token"], c.env["cacert"] = "SHARDQ_SERVER", "SHARDQ_TOKEN", "SHARDQ_CACERT"
 	pos, err := c.parse(rest, getenv)
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, flag.ErrHelp) || (err == nil && spec.nargs == 0 && slices.Equal(pos, []string{"help"})) {
 		c.usage(stdout)
 		return 0
 	}
 	switch {
 	case err != nil:
 		return c.fail(stderr, "%v", err)
+	case spec.nargs == 0 && len(pos) > 0:
+		if subs := subcommands(spec.name); len(subs) > 0 {
+			return c.fail(stderr, "unexpected argument %q (subcommands: %s)", pos[0], strings.Join(subs, ", "))
+		}
+		return c.fail(stderr, "unexpected argument %q", pos[0])
+	case len(pos) == 0 && spec.nargs != 0 && spec.missing != "":
+		return c.fail(stderr, "%s", spec.missing)
 	case spec.nargs >= 0 && len(pos) != spec.nargs:
 		return c.fail(stderr, "want %d argument(s) (%s), got %d", spec.nargs, spec.args, len(pos))
 	case spec.nargs < 0 && len(pos) < 1:
-		return c.fail(stderr, "want a queue name")
+		return c.fail(stderr, "want %s", spec.args)
 	}
 	server, err := serverURL(o.server)
 	if err != nil {
@@ -303,6 +392,18 @@ func writeGroupUsage(w io.Writer, group string) {
 	}
 	t.Flush()
 	fmt.Fprintf(w, "\nRun \"shardq %s <subcommand> --help\" for its flags.\n", group)
+}
+
+// subcommands returns the commands one word longer than name: set and
+// clear for cluster placement.
+func subcommands(name string) []string {
+	var subs []string
+	for _, s := range adminCommands {
+		if sub, ok := strings.CutPrefix(s.name, name+" "); ok && !strings.Contains(sub, " ") {
+			subs = append(subs, sub)
+		}
+	}
+	return subs
 }
 
 // stringList is a repeatable flag; a value may also hold several, comma-separated.

@@ -21,8 +21,9 @@ const cliToken = "t0ken"
 // startNode runs a node on loopback ports: queue jobs takes one delivery
 // per message (max_deliveries 1), so a consumer that leaves without
 // acking dead-letters what it held, and has no ordering, so that a
-// consumer holds several messages of one key.
-func startNode(t *testing.T) (b *broker.Broker, server string) {
+// consumer holds several messages of one key. configure, if given,
+// changes the config before the node starts.
+func startNode(t *testing.T, configure ...func(*config.Config)) (b *broker.Broker, server string) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.NodeID = "node-cli"
@@ -33,6 +34,9 @@ func startNode(t *testing.T) (b *broker.Broker, server string) {
 	o.MaxDeliveries = 1
 	o.Ordering = queue.OrderNone
 	cfg.Queues.Declared["jobs"] = o
+	for _, f := range configure {
+		f(cfg)
+	}
 	b, err := broker.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

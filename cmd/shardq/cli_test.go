@@ -26,8 +26,14 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"queue", "peek"}, []string{"usage: shardq queue peek QUEUE", "--partition PARTITION", "--limit N"}},
 		{[]string{"group"}, []string{"usage: shardq group <subcommand>", "delete QUEUE GROUP"}},
 		{[]string{"dlq", "replay"}, []string{"usage: shardq dlq replay QUEUE", "--id MSGID"}},
-		{[]string{"cluster"}, []string{"usage: shardq cluster <subcommand>", "status", "dev [--nodes N] [--dir DIR]"}},
-		{[]string{"cluster", "status"}, []string{"usage: shardq cluster status", "--server URL", "--json"}},
+		{[]string{"cluster"}, []string{"usage: shardq cluster <subcommand>", "status", "drain NODE", "undrain NODE",
+			"placement set QUEUES=NODE[,NODE...]", "placement clear", "dev [--nodes N] [--dir DIR]"}},
+		{[]string{"cluster", "status"}, []string{"usage: shardq cluster status", "draining, drained", "learners", "--server URL", "--json"}},
+		{[]string{"cluster", "drain"}, []string{"usage: shardq cluster drain NODE", "cluster.max_moves", "shardq cluster undrain", "--token TOKEN"}},
+		{[]string{"cluster", "undrain"}, []string{"usage: shardq cluster undrain NODE", "--token TOKEN"}},
+		{[]string{"cluster", "placement"}, []string{"usage: shardq cluster placement [flags]", "placement set and clear", "--json"}},
+		{[]string{"cluster", "placement", "set"}, []string{"usage: shardq cluster placement set QUEUES=NODE[,NODE...]", "'orders-*=a,b' 'audit=c'", "only seeds"}},
+		{[]string{"cluster", "placement", "clear"}, []string{"usage: shardq cluster placement clear", "every queue may then live"}},
 		{[]string{"cluster", "dev"}, []string{"usage: shardq cluster dev", "--nodes N", "--dir DIR", "--base-port PORT"}},
 		{[]string{"migrate-shards"}, []string{"usage: shardq migrate-shards", "--data-dir DIR", "--verify MODE"}},
 		{[]string{"passwd"}, []string{"usage: shardq passwd USER", "--cost N"}},
@@ -112,6 +118,9 @@ func TestCLICommandsTakeOnlyTheirFlags(t *testing.T) {
 		{[]string{"version", "--json"}, "--json"},
 		{[]string{"serve", "--server", "http://x"}, "--server"},
 		{[]string{"migrate-shards", "--server", "http://x"}, "--server"},
+		{[]string{"cluster", "drain", "b", "--dlq"}, "--dlq"},
+		{[]string{"cluster", "placement", "set", "orders-*=a", "--limit", "1"}, "--limit"},
+		{[]string{"cluster", "placement", "clear", "--id", "x"}, "--id"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -9,17 +9,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/shardq/shardq/broker"
+	"github.com/shardq/shardq/cluster"
 	"github.com/shardq/shardq/cluster/devetcd"
 	"github.com/shardq/shardq/config"
 )
 
-// clusterCommand runs shardq cluster: status (an admin command, admin.go)
-// or dev.
+// clusterCommand runs shardq cluster: status, drain, undrain and
+// placement (admin commands, admin.go) or dev.
 func clusterCommand(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	if len(args) > 0 && args[0] == "dev" {
 		return clusterDev(ctx, args[1:], stdout, stderr, getenv)
@@ -31,31 +33,57 @@ func printCluster(w io.Writer, c broker.ClusterView) {
 	if !c.Clustered {
 		fmt.Fprintf(w, "%s is a single node: it owns every partition\n\n", c.Node)
 	}
-	owned := map[string]int{}
-	for _, p := range c.Partitions {
-		owned[p.Owner]++
-	}
 	t := table(w)
-	fmt.Fprintln(t, "NODE\tSTATE\tMQTT\tHTTP\tCLUSTER\tPARTITIONS")
+	fmt.Fprintln(t, "NODE\tSTATE\tMQTT\tHTTP\tCLUSTER\tREPLICAS\tLEADS")
 	for _, n := range c.Nodes {
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d\n", n.ID, n.State, dash(n.MQTT), dash(n.HTTP), dash(n.ClusterAddr), owned[n.ID])
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", n.ID, n.State, dash(n.MQTT), dash(n.HTTP), dash(n.ClusterAddr), n.Replicas, n.Leads)
 	}
 	t.Flush()
 	if len(c.Partitions) == 0 {
 		fmt.Fprintln(w, "\nno queues")
 		return
 	}
+	// Learners show only while some partition has one: a replica being
+	// added, catching up before it votes.
+	learners := slices.ContainsFunc(c.Partitions, func(p cluster.PartitionStatus) bool { return len(p.Learners) > 0 })
 	fmt.Fprintln(w)
 	t = table(w)
-	fmt.Fprintln(t, "QUEUE\tPARTITION\tOWNER\tEPOCH\tREPLICAS\tIN-SYNC")
+	head := "QUEUE\tPARTITION\tOWNER\tEPOCH\tREPLICAS\tIN-SYNC"
+	if learners {
+		head += "\tLEARNERS"
+	}
+	fmt.Fprintln(t, head)
+	unowned := 0
 	for _, p := range c.Partitions {
-		fmt.Fprintf(t, "%s\t%d\t%s\t%d\t%s\t%s\n", p.Queue, p.Partition, dash(p.Owner), p.Epoch,
+		if p.Owner == "" {
+			unowned++
+		}
+		fmt.Fprintf(t, "%s\t%d\t%s\t%d\t%s\t%s", p.Queue, p.Partition, dash(p.Owner), p.Epoch,
 			dash(strings.Join(p.Replicas, ",")), dash(strings.Join(p.InSync, ",")))
+		if learners {
+			fmt.Fprintf(t, "\t%s", dash(strings.Join(p.Learners, ",")))
+		}
+		fmt.Fprintln(t)
 	}
 	t.Flush()
-	if n := owned[""]; n > 0 {
-		fmt.Fprintf(w, "\n%d partitions have no owner yet\n", n)
+	if unowned > 0 {
+		fmt.Fprintf(w, "\n%d partitions have no owner yet\n", unowned)
 	}
+}
+
+// printPlacement prints the placement rules in the order they apply.
+func printPlacement(w io.Writer, v broker.PlacementView) {
+	if len(v.Rules) == 0 {
+		fmt.Fprintln(w, "no placement rules: every queue on every node")
+		return
+	}
+	t := table(w)
+	fmt.Fprintln(t, "RULE\tQUEUES\tNODES")
+	for i, r := range v.Rules {
+		fmt.Fprintf(t, "%d\t%s\t%s\n", i+1, r.Queues, strings.Join(r.Nodes, ","))
+	}
+	t.Flush()
+	fmt.Fprintln(w, "\nthe first rule that matches a queue's name decides; a queue no rule matches lives on any node")
 }
 
 func dash(s string) string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,9 @@ import (
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/shardq/shardq/broker"
+	"github.com/shardq/shardq/cluster"
+	"github.com/shardq/shardq/cluster/devetcd"
+	"github.com/shardq/shardq/config"
 )
 
 // TestClusterDev runs shardq cluster dev --nodes 3 as a process: it prints
@@ -170,11 +174,210 @@ func TestClusterStatusSingleNode(t *testing.T) {
 	if len(st.Partitions) != 8 || st.Partitions[7].Owner != "node-cli" || st.Partitions[7].Epoch != 1 {
 		t.Errorf("partitions: %+v", st.Partitions)
 	}
+	if n := st.Nodes[0]; n.Replicas != 8 || n.Leads != 8 || n.Drained {
+		t.Errorf("node: %+v; want 8 replicas and 8 leads, not drained", n)
+	}
 	out := must(t, "cluster", "status", "--server", server, "--token", cliToken)
-	if !strings.Contains(out, "node-cli is a single node") || !strings.Contains(out, "jobs   7          node-cli  1") {
+	if !strings.Contains(out, "node-cli is a single node") || !strings.Contains(out, "jobs   7          node-cli  1") ||
+		!regexp.MustCompile(`(?m)^NODE +STATE +MQTT +HTTP +CLUSTER +REPLICAS +LEADS$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^node-cli +up +.* 8 +8$`).MatchString(out) || strings.Contains(out, "LEARNERS") {
 		t.Errorf("cluster status:\n%s", out)
 	}
 	fails(t, 2, "--nodes: want 1 to 9", "cluster", "dev", "--nodes", "12")
 	fails(t, 2, "both take port", "cluster", "dev", "--base-port", "8990")
 	fails(t, 2, "unexpected argument", "cluster", "dev", "now")
+}
+
+// TestClusterCommandsUsage checks the mistakes in the arguments of the
+// cluster commands: exit 2, saying what to type, before anything is
+// called.
+func TestClusterCommandsUsage(t *testing.T) {
+	// A closed port: a command that called the node would exit 1.
+	t.Setenv("SHARDQ_SERVER", "http://127.0.0.1:1")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"drain without a node", []string{"cluster", "drain"}, "want the id of the node to drain"},
+		{"drain two nodes", []string{"cluster", "drain", "b", "c"}, "want 1 argument(s) (NODE), got 2"},
+		{"undrain without a node", []string{"cluster", "undrain"}, "want the id of the node to undrain"},
+		{"status with an argument", []string{"cluster", "status", "now"}, `unexpected argument "now"`},
+		{"placement with a typo", []string{"cluster", "placement", "sett", "a=b"}, `unexpected argument "sett" (subcommands: set, clear)`},
+		{"set without a rule", []string{"cluster", "placement", "set"}, "want one rule or more, like 'orders-*=a,b' (shardq cluster placement clear removes them all)"},
+		{"set without =", []string{"cluster", "placement", "set", "orders-*"}, `want QUEUES=NODE[,NODE...], like 'orders-*=a,b', got "orders-*"`},
+		{"set without a pattern", []string{"cluster", "placement", "set", "=a"}, `got "=a"`},
+		{"set without a node", []string{"cluster", "placement", "set", "orders-*=a", "audit="}, `rule "audit=" names no node`},
+		{"set with an empty node id", []string{"cluster", "placement", "set", "orders-*=a,,b"}, `rule "orders-*=a,,b" has an empty node id`},
+		{"clear with a rule", []string{"cluster", "placement", "clear", "orders-*=a"}, `unexpected argument "orders-*=a"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fails(t, 2, tc.want, tc.args...)
+			// The usage follows the error.
+			_, _, errs := shardq(tc.args...)
+			if !strings.Contains(errs, "usage: shardq cluster ") {
+				t.Errorf("no usage after the error:\n%s", errs)
+			}
+		})
+	}
+	// shardq cluster placement show is shardq cluster placement.
+	fails(t, 1, "nothing listens at", "cluster", "placement", "show")
+}
+
+// TestClusterCommandsSingleNode checks the cluster's changes against a
+// single node: refused, saying they need a cluster; its placement is
+// empty.
+func TestClusterCommandsSingleNode(t *testing.T) {
+	_, server := startNode(t)
+	for _, args := range [][]string{
+		{"cluster", "drain", "node-cli"},
+		{"cluster", "undrain", "node-cli"},
+		{"cluster", "placement", "set", "jobs=node-cli"},
+		{"cluster", "placement", "clear"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			fails(t, 1, "needs a cluster: this node runs alone", append(args, "--server", server, "--token", cliToken)...)
+			fails(t, 1, "(HTTP 409)", append(args, "--server", server, "--token", cliToken)...)
+			fails(t, 1, "--token TOKEN or set SHARDQ_TOKEN", append(args, "--server", server)...)
+		})
+	}
+	if out := must(t, "cluster", "placement", "--server", server, "--token", cliToken); out != "no placement rules: every queue on every node\n" {
+		t.Errorf("placement: %q", out)
+	}
+	if v := jsonOf[broker.PlacementView](t, must(t, "cluster", "placement", "--json", "--server", server, "--token", cliToken)); v.Rules == nil || len(v.Rules) != 0 {
+		t.Errorf("placement --json: %+v, want an empty list", v)
+	}
+}
+
+// TestClusterCommandsOneNodeCluster runs drain, undrain and placement
+// against a cluster of one node over a real etcd: the changes are taken,
+// kept in etcd and shown by status and placement; an unknown node and a
+// bad glob are refused.
+func TestClusterCommandsOneNodeCluster(t *testing.T) {
+	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	_, server := startNode(t, func(c *config.Config) {
+		c.Cluster.Etcd.Endpoints = []string{e.Endpoint()}
+		c.Cluster.Addr = "127.0.0.1:0"
+	})
+	flags := []string{"--server", server, "--token", cliToken}
+	status := func() broker.ClusterView {
+		return jsonOf[broker.ClusterView](t, must(t, append([]string{"cluster", "status", "--json"}, flags...)...))
+	}
+	waitUntil(t, func() bool {
+		st := status()
+		return len(st.Nodes) == 1 && st.Nodes[0].Replicas == 8 && st.Nodes[0].Leads == 8
+	})
+
+	t.Run("drain", func(t *testing.T) {
+		out := must(t, append([]string{"cluster", "drain", "node-cli"}, flags...)...)
+		if out != "node node-cli drained: its partitions move to the other nodes; watch shardq cluster status\n" {
+			t.Errorf("drain: %q", out)
+		}
+		// The only node keeps its partitions: there is no other to take
+		// them.
+		var n cluster.NodeStatus
+		waitUntil(t, func() bool { n = status().Nodes[0]; return n.Drained })
+		if n.State != cluster.StateDraining || n.Replicas != 8 {
+			t.Errorf("drained alone: %+v; want draining with its 8 replicas", n)
+		}
+		table := must(t, append([]string{"cluster", "status"}, flags...)...)
+		if !regexp.MustCompile(`(?m)^node-cli +draining +.* 8 +8$`).MatchString(table) {
+			t.Errorf("status:\n%s", table)
+		}
+		if v := jsonOf[broker.DrainView](t, must(t, append([]string{"cluster", "drain", "node-cli", "--json"}, flags...)...)); v != (broker.DrainView{Node: "node-cli", Drained: true}) {
+			t.Errorf("drain --json: %+v", v)
+		}
+		fails(t, 1, `"ghost" never joined the cluster (known: node-cli) (HTTP 404)`, append([]string{"cluster", "drain", "ghost"}, flags...)...)
+
+		out = must(t, append([]string{"cluster", "undrain", "node-cli"}, flags...)...)
+		if out != "node node-cli undrained: it takes its share of partitions again\n" {
+			t.Errorf("undrain: %q", out)
+		}
+		waitUntil(t, func() bool { n = status().Nodes[0]; return !n.Drained && n.State == cluster.StateUp })
+	})
+
+	t.Run("placement", func(t *testing.T) {
+		out := must(t, append([]string{"cluster", "placement", "set", "jobs*=node-cli", "audit = node-cli"}, flags...)...)
+		for _, want := range []string{"placement set: partitions move", "RULE  QUEUES  NODES", "1     jobs*   node-cli", "2     audit   node-cli", "the first rule that matches"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("placement set lacks %q:\n%s", want, out)
+			}
+		}
+		want := broker.PlacementView{Rules: []broker.PlacementRuleView{{Queues: "jobs*", Nodes: []string{"node-cli"}}, {Queues: "audit", Nodes: []string{"node-cli"}}}}
+		waitUntil(t, func() bool {
+			got := jsonOf[broker.PlacementView](t, must(t, append([]string{"cluster", "placement", "--json"}, flags...)...))
+			return fmt.Sprint(got) == fmt.Sprint(want)
+		})
+		fails(t, 1, `names node "ghost", which never joined the cluster`, append([]string{"cluster", "placement", "set", "jobs=node-cli,ghost"}, flags...)...)
+		fails(t, 1, "(HTTP 400)", append([]string{"cluster", "placement", "set", "[=node-cli"}, flags...)...)
+		fails(t, 1, "is not a valid glob", append([]string{"cluster", "placement", "set", "[=node-cli"}, flags...)...)
+		// A refused change changes nothing.
+		if got := jsonOf[broker.PlacementView](t, must(t, append([]string{"cluster", "placement", "--json"}, flags...)...)); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("after refused changes: %+v, want %+v", got, want)
+		}
+
+		out = must(t, append([]string{"cluster", "placement", "clear"}, flags...)...)
+		if !strings.HasPrefix(out, "placement rules cleared: every queue on every node") {
+			t.Errorf("placement clear: %q", out)
+		}
+		waitUntil(t, func() bool {
+			return must(t, append([]string{"cluster", "placement"}, flags...)...) == "no placement rules: every queue on every node\n"
+		})
+	})
+}
+
+// TestClusterStatusTable checks the tables of shardq cluster status: the
+// node states, replicas and leads; learners only while some partition has
+// one.
+func TestClusterStatusTable(t *testing.T) {
+	nodes := []cluster.NodeStatus{
+		{ID: "a", MQTT: "10.0.0.1:1883", HTTP: "10.0.0.1:8990", ClusterAddr: "10.0.0.1:8991", State: cluster.StateUp, Replicas: 3, Leads: 2},
+		{ID: "b", MQTT: "10.0.0.2:1883", HTTP: "10.0.0.2:8990", ClusterAddr: "10.0.0.2:8991", State: cluster.StateDraining, Drained: true, Replicas: 1},
+		{ID: "c", MQTT: "10.0.0.3:1883", HTTP: "10.0.0.3:8990", ClusterAddr: "10.0.0.3:8991", State: cluster.StateDrained, Drained: true},
+		{ID: "d", State: cluster.StateDown},
+	}
+	settled := []cluster.PartitionStatus{
+		{Queue: "orders", Partition: 0, Owner: "a", Epoch: 3, Replicas: []string{"a", "b"}, Learners: []string{}, InSync: []string{"a", "b"}},
+		{Queue: "orders", Partition: 1, Owner: "a", Epoch: 2, Replicas: []string{"a"}, Learners: []string{}, InSync: []string{"a"}},
+	}
+	moving := slices.Clone(settled)
+	moving[0].Learners = []string{"d"}
+	tests := []struct {
+		name       string
+		partitions []cluster.PartitionStatus
+		want       []string // lines, spaces squeezed
+	}{
+		{"settled", settled, []string{
+			"NODE STATE MQTT HTTP CLUSTER REPLICAS LEADS",
+			"a up 10.0.0.1:1883 10.0.0.1:8990 10.0.0.1:8991 3 2",
+			"b draining 10.0.0.2:1883 10.0.0.2:8990 10.0.0.2:8991 1 0",
+			"c drained 10.0.0.3:1883 10.0.0.3:8990 10.0.0.3:8991 0 0",
+			"d down - - - 0 0",
+			"",
+			"QUEUE PARTITION OWNER EPOCH REPLICAS IN-SYNC",
+			"orders 0 a 3 a,b a,b",
+			"orders 1 a 2 a a",
+		}},
+		{"a learner", moving, []string{
+			"QUEUE PARTITION OWNER EPOCH REPLICAS IN-SYNC LEARNERS",
+			"orders 0 a 3 a,b a,b d",
+			"orders 1 a 2 a a -",
+		}},
+	}
+	squeeze := regexp.MustCompile(` +`)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			printCluster(&b, broker.ClusterView{Node: "a", Clustered: true, Status: cluster.Status{Nodes: nodes, Partitions: tc.partitions}})
+			got := squeeze.ReplaceAllString(b.String(), " ")
+			if !strings.Contains(got, strings.Join(tc.want, "\n")) {
+				t.Errorf("got\n%s\nwant\n%s", b.String(), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
 }

@@ -5,6 +5,8 @@
 //	shardq health [--server URL] [--ready]
 //	shardq queues | queue ... | group delete ... | dlq replay ...
 //	shardq cluster status [--json] [--server URL]
+//	shardq cluster drain NODE | undrain NODE
+//	shardq cluster placement [set QUEUES=NODE[,NODE...] ... | clear]
 //	shardq cluster dev [--nodes N] [--dir DIR]
 //	shardq passwd USER [--cost N]
 //	shardq migrate-shards --data-dir DIR --from N --to M [--dry-run]
@@ -28,18 +30,21 @@ import (
 const usage = `usage: shardq <command> [flags]
 
 commands:
-  serve             run a node
-  version           print the version, the commit and the Go version
-  health            check that a node answers (exit 0) or not (exit 1)
-  queues            list a node's queues
-  queue             show, peek, purge or declare a queue
-  group delete      delete a consumer group
-  dlq replay        publish dead letters into their queue again
-  cluster status    the nodes of a cluster and the owner of each partition
-  cluster dev       run an embedded etcd and N nodes in this process, to try a cluster
-  passwd            print a users file line (USER:BCRYPT-HASH) for a user
-  migrate-shards    rewrite a stopped node's data directory to another storage.shards
-  bench             run a load scenario against any MQTT broker
+  serve              run a node
+  version            print the version, the commit and the Go version
+  health             check that a node answers (exit 0) or not (exit 1)
+  queues             list a node's queues
+  queue              show, peek, purge or declare a queue
+  group delete       delete a consumer group
+  dlq replay         publish dead letters into their queue again
+  cluster status     the nodes of a cluster and the owner of each partition
+  cluster drain      move every partition off a node, before stopping it
+  cluster undrain    let a drained node hold partitions again
+  cluster placement  show or change which nodes hold which queues
+  cluster dev        run an embedded etcd and N nodes in this process, to try a cluster
+  passwd             print a users file line (USER:BCRYPT-HASH) for a user
+  migrate-shards     rewrite a stopped node's data directory to another storage.shards
+  bench              run a load scenario against any MQTT broker
 
 Run "shardq help <command>" (or "shardq <command> --help") for its flags.
 `

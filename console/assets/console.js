@@ -497,25 +497,55 @@ function renderOverview(list) {
 function clusterSection(c) {
   if (!c || !Array.isArray(c.nodes)) return null;
   const parts = Array.isArray(c.partitions) ? c.partitions : [];
-  const owned = new Map();
-  for (const p of parts) owned.set(p.owner, (owned.get(p.owner) || 0) + 1);
   const max = 500;
   return h('section', { id: 'cluster' },
     h('h2', null, 'Cluster'),
-    table('nodes', ['Node', 'State', 'MQTT', 'HTTP', 'Cluster address', 'Partitions owned'],
+    table('nodes', ['Node', 'State', 'MQTT', 'HTTP', 'Cluster address', 'Replicas', 'Leads', ''],
       c.nodes.map((n) => h('tr', { 'data-node': n.id },
         h('td', { class: 'name' }, n.id),
-        h('td', { class: 'node-state ' + (n.state === 'up' ? 'ok' : 'bad') }, n.state),
+        h('td', { class: 'node-state ' + nodeStateClass(n.state) }, n.state),
         h('td', null, n.mqtt), h('td', null, n.http), h('td', null, n.cluster_addr),
-        h('td', { class: 'num' }, num(owned.get(n.id) || 0))))),
+        h('td', { class: 'num replicas' }, num(n.replicas)),
+        h('td', { class: 'num leads' }, num(n.leads)),
+        h('td', { class: 'actions' }, n.drained ?
+          h('button', { class: 'small undrain-node', onclick: (ev) => undrainNode(ev.target, n) }, 'Undrain…') :
+          h('button', { class: 'danger small drain-node', onclick: (ev) => drainNode(ev.target, n) }, 'Drain…'))))),
     h('details', { class: 'partition-map', open: parts.length <= 64 },
       h('summary', null, 'Partition owners (' + num(parts.length) + ')'),
-      table('owners', ['Queue', 'Partition', 'Owner', 'Epoch', 'Replicas', 'In sync'],
+      table('owners', ['Queue', 'Partition', 'Owner', 'Epoch', 'Replicas', 'In sync', 'Learners'],
         parts.slice(0, max).map((p) => h('tr', null,
           h('td', null, queueLink(p.queue)), h('td', { class: 'num' }, p.partition), h('td', null, p.owner),
           h('td', { class: 'num' }, num(p.epoch)), h('td', null, (p.replicas || []).join(', ')),
-          h('td', null, (p.in_sync || []).join(', ')))), 'No partition has an owner yet.'),
+          h('td', null, (p.in_sync || []).join(', ')),
+          h('td', { class: 'learners' }, (p.learners || []).join(', ')))), 'No partition has an owner yet.'),
       parts.length > max ? h('p', { class: 'muted' }, 'The first ' + max + ' are shown.') : null));
+}
+
+// nodeStateClass colours a node's state: serving, on its way out,
+// drained of everything (by choice), gone.
+function nodeStateClass(s) {
+  if (s === 'up') return 'ok';
+  if (s === 'draining' || s === 'leaving') return 'warn';
+  if (s === 'drained') return 'muted';
+  return 'bad';
+}
+
+function drainNode(button, n) {
+  act(button, 'Drain ' + n.id + '?',
+    n.id + ' is given no partition, replica or leadership, and the ' + plural(n.replicas || 0, 'replica') +
+      ' it holds move to the other nodes, a few at a time. Once its state is drained it holds nothing and can be stopped.' +
+      ' It stays drained, across restarts, until it is undrained.',
+    'Drain node',
+    () => api('POST', API + 'cluster/nodes/' + enc(n.id) + '/drain'),
+    (res) => 'Drained ' + res.node + ': its partitions move to the other nodes.');
+}
+
+function undrainNode(button, n) {
+  act(button, 'Undrain ' + n.id + '?',
+    n.id + ' takes its share of partitions, replicas and leaderships again, a few at a time.',
+    'Undrain node',
+    () => api('POST', API + 'cluster/nodes/' + enc(n.id) + '/undrain'),
+    (res) => 'Undrained ' + res.node + ': it takes its share of partitions again.');
 }
 
 // ---- a queue ----
