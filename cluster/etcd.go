@@ -618,7 +618,7 @@ func (n *Node) SetPlacement(ctx context.Context, rules []PlacementRule) error {
 	for _, name := range names {
 		for _, r := range rules {
 			if ok, _ := path.Match(r.Queues, name); ok {
-				if rf := n.replicationFactor(name); rf > len(r.Nodes) {
+				if rf := min(n.replicationFactor(name), len(known)); rf > len(r.Nodes) {
 					return fmt.Errorf("%w: %s gives queue %q %d node(s), fewer than its replication factor %d: name at least %d",
 						ErrBadPlacement, r.Name, name, len(r.Nodes), rf, rf)
 				}

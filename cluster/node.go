@@ -87,7 +87,7 @@ type Options struct {
 	RaftLogKeep int
 	// MaxMoves bounds how many replicated partitions each leader moves to
 	// other nodes at once (a node joined or drained, placement changed);
-	// default 4.
+	// default 2.
 	MaxMoves int
 	// QueueOptions returns the settings the config gives a queue (its
 	// replication factor decides whether its partitions are replicated).
@@ -170,7 +170,7 @@ func New(o Options) (*Node, error) {
 		o.RaftLogKeep = 5000
 	}
 	if o.MaxMoves <= 0 {
-		o.MaxMoves = 4
+		o.MaxMoves = 2
 	}
 	if o.ReplaceAfter <= 0 {
 		o.ReplaceAfter = time.Minute

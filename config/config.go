@@ -86,7 +86,7 @@ type Cluster struct {
 	ReplaceAfter time.Duration `yaml:"replace_after"`
 	// MaxMoves is how many replicated partitions each leader moves to
 	// other nodes at once when placement changes (a node joins or is
-	// drained, the placement rules change). Default 4.
+	// drained, the placement rules change). Default 2.
 	MaxMoves int `yaml:"max_moves"`
 }
 
@@ -353,7 +353,7 @@ func Default() *Config {
 			LeaseTTL:     DefaultLeaseTTL,
 			RaftLogKeep:  5000,
 			ReplaceAfter: time.Minute,
-			MaxMoves:     4,
+			MaxMoves:     2,
 			Etcd:         Etcd{DialTimeout: DefaultDialTimeout, Prefix: DefaultEtcdPrefix},
 		},
 	}

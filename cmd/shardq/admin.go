@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/shardq/shardq/broker"
 	"github.com/shardq/shardq/config"
@@ -177,12 +180,20 @@ var adminCommands = []adminSpec{
 		run: func(ctx context.Context, a *adminCall) error {
 			return call(ctx, a.c, "GET", "/api/v1/cluster/placement", nil, a.out, printPlacement)
 		}},
-	{name: "cluster placement set", args: "QUEUES=NODE[,NODE...] [...]", nargs: -1, short: "replace the placement rules",
+	{name: "cluster placement set", args: "QUEUES=NODE[,NODE...] [...] | FILE", nargs: -1, short: "replace the placement rules",
 		missing: "want one rule or more, like 'orders-*=a,b' (shardq cluster placement clear removes them all)",
-		about:   "Replaces the cluster's placement rules with these, in order. A rule is a\nglob of queue names (path.Match: *, ?, [...]), =, and the ids of the nodes\nthe matching queues live on, comma-separated. Quote each rule, so that the\nshell leaves its * alone:\n\n  shardq cluster placement set 'orders-*=a,b' 'audit=c'\n\nThe first rule that matches a queue decides; a queue no rule matches lives\non any node. Partitions then move to the nodes their rule names, a few at\na time. The rules are kept in etcd: cluster.placement in a config file\nonly seeds them while the cluster has none. Needs the token when the node\nhas one.",
+		about:   "Replaces the cluster's placement rules with these, in order. A rule is a\nglob of queue names (path.Match: *, ?, [...]), =, and the ids of the nodes\nthe matching queues live on, comma-separated. Quote each rule, so that the\nshell leaves its * alone:\n\n  shardq cluster placement set 'orders-*=a,b' 'audit=c'\n\nor from a YAML (or JSON) file holding the rules as cluster.placement does:\n\n  - queues: \"orders-*\"\n    nodes: [a, b]\n\nThe first rule that matches a queue decides; a queue no rule matches lives\non any node. Partitions then move to the nodes their rule names, a few at\na time. The rules are kept in etcd: cluster.placement in a config file\nonly seeds them while the cluster has none. Needs the token when the node\nhas one.",
 		run: func(ctx context.Context, a *adminCall) error {
 			v := broker.PlacementView{Rules: []broker.PlacementRuleView{}}
-			for _, arg := range a.pos {
+			args := a.pos
+			if len(args) == 1 && !strings.Contains(args[0], "=") {
+				rules, err := readPlacementFile(args[0])
+				if err != nil {
+					return err
+				}
+				v.Rules, args = rules, nil
+			}
+			for _, arg := range args {
 				rule, err := parseRule(arg)
 				if err != nil {
 					return err
@@ -213,6 +224,36 @@ var adminAliases = map[string]string{"queue list": "queues", "queue ls": "queues
 func adminKnown(name string) bool {
 	_, alias := adminAliases[name]
 	return alias || slices.ContainsFunc(adminCommands, func(s adminSpec) bool { return s.name == name })
+}
+
+// readPlacementFile reads placement rules from a YAML or JSON file: a list
+// of {queues, nodes}, bare or under cluster.placement as in a config file.
+func readPlacementFile(name string) ([]broker.PlacementRuleView, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, usageErr{fmt.Sprintf("want rules like 'orders-*=a,b', or a file of them: %v", err)}
+	}
+	var rules []broker.PlacementRuleView
+	if err := yaml.Unmarshal(b, &rules); err != nil {
+		var doc struct {
+			Cluster struct {
+				Placement []broker.PlacementRuleView `yaml:"placement"`
+			} `yaml:"cluster"`
+		}
+		if err2 := yaml.Unmarshal(b, &doc); err2 != nil || len(doc.Cluster.Placement) == 0 {
+			return nil, usageErr{fmt.Sprintf("%s: want a list of rules, each with queues and nodes (as cluster.placement in a config file): %v", name, err)}
+		}
+		rules = doc.Cluster.Placement
+	}
+	for i, r := range rules {
+		if r.Queues == "" || len(r.Nodes) == 0 {
+			return nil, usageErr{fmt.Sprintf("%s: rule %d needs queues and nodes, like queues: \"orders-*\" and nodes: [a, b]", name, i+1)}
+		}
+	}
+	if len(rules) == 0 {
+		return nil, usageErr{fmt.Sprintf("%s holds no rule (shardq cluster placement clear removes them all)", name)}
+	}
+	return rules, nil
 }
 
 // parseRule parses a placement rule as shardq cluster placement set takes

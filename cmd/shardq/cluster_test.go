@@ -205,7 +205,8 @@ func TestClusterCommandsUsage(t *testing.T) {
 		{"status with an argument", []string{"cluster", "status", "now"}, `unexpected argument "now"`},
 		{"placement with a typo", []string{"cluster", "placement", "sett", "a=b"}, `unexpected argument "sett" (subcommands: set, clear)`},
 		{"set without a rule", []string{"cluster", "placement", "set"}, "want one rule or more, like 'orders-*=a,b' (shardq cluster placement clear removes them all)"},
-		{"set without =", []string{"cluster", "placement", "set", "orders-*"}, `want QUEUES=NODE[,NODE...], like 'orders-*=a,b', got "orders-*"`},
+		{"set without = and no such file", []string{"cluster", "placement", "set", "orders-*"}, `want rules like 'orders-*=a,b', or a file of them: open orders-*: no such file`},
+		{"set with two, one without =", []string{"cluster", "placement", "set", "orders-*=a", "audit"}, `want QUEUES=NODE[,NODE...], like 'orders-*=a,b', got "audit"`},
 		{"set without a pattern", []string{"cluster", "placement", "set", "=a"}, `got "=a"`},
 		{"set without a node", []string{"cluster", "placement", "set", "orders-*=a", "audit="}, `rule "audit=" names no node`},
 		{"set with an empty node id", []string{"cluster", "placement", "set", "orders-*=a,,b"}, `rule "orders-*=a,,b" has an empty node id`},
@@ -320,6 +321,21 @@ func TestClusterCommandsOneNodeCluster(t *testing.T) {
 		if got := jsonOf[broker.PlacementView](t, must(t, append([]string{"cluster", "placement", "--json"}, flags...)...)); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("after refused changes: %+v, want %+v", got, want)
 		}
+
+		// From a file, as cluster.placement holds them.
+		file := filepath.Join(t.TempDir(), "placement.yaml")
+		if err := os.WriteFile(file, []byte("cluster:\n  placement:\n    - queues: \"orders-*\"\n      nodes: [node-cli]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		must(t, append([]string{"cluster", "placement", "set", file}, flags...)...)
+		fromFile := broker.PlacementView{Rules: []broker.PlacementRuleView{{Queues: "orders-*", Nodes: []string{"node-cli"}}}}
+		if got := jsonOf[broker.PlacementView](t, must(t, append([]string{"cluster", "placement", "--json"}, flags...)...)); fmt.Sprint(got) != fmt.Sprint(fromFile) {
+			t.Errorf("placement from %s: %+v, want %+v", file, got, fromFile)
+		}
+		if err := os.WriteFile(file, []byte("- queues: x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fails(t, 2, "rule 1 needs queues and nodes", append([]string{"cluster", "placement", "set", file}, flags...)...)
 
 		out = must(t, append([]string{"cluster", "placement", "clear"}, flags...)...)
 		if !strings.HasPrefix(out, "placement rules cleared: every queue on every node") {
