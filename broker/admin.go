@@ -447,7 +447,7 @@ func (a *adminAPI) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	// A replay copies dead letters into the queue: refused, like a
 	// publish, below storage.min_free_bytes.
-	if err := a.b.disk.admit(); err != nil {
+	if err := a.b.disk.admit(q.Name()); err != nil {
 		a.failErr(w, r, err)
 		return
 	}

@@ -139,7 +139,7 @@ func (d *diskWatch) check() {
 }
 
 // admit is the manager's Admit: nil while there is room.
-func (d *diskWatch) admit() error {
+func (d *diskWatch) admit(string) error {
 	if e := d.refusal.Load(); e != nil {
 		return e
 	}

@@ -15,12 +15,12 @@ func TestDiskWatchWatermark(t *testing.T) {
 	read := func(string) (uint64, error) { return uint64(free.Load()), nil }
 	d := newDiskWatch(t.TempDir(), 500, nil)
 	d.setFree(read)
-	if err := d.admit(); err != nil || d.low() {
+	if err := d.admit("jobs"); err != nil || d.low() {
 		t.Fatalf("1000 free, watermark 500: admit %v, low %v", err, d.low())
 	}
 	free.Store(499)
 	d.check()
-	err := d.admit()
+	err := d.admit("jobs")
 	if !errors.Is(err, queue.ErrStorageFull) || !d.low() {
 		t.Fatalf("499 free: admit %v, low %v; want ErrStorageFull", err, d.low())
 	}
@@ -29,7 +29,7 @@ func TestDiskWatchWatermark(t *testing.T) {
 	}
 	free.Store(500) // at the watermark is enough
 	d.check()
-	if err := d.admit(); err != nil {
+	if err := d.admit("jobs"); err != nil {
 		t.Fatalf("500 free: %v", err)
 	}
 
@@ -50,7 +50,7 @@ func TestDiskWatchWatermark(t *testing.T) {
 func TestDiskWatchZeroMinNeverRefuses(t *testing.T) {
 	d := newDiskWatch(t.TempDir(), 0, nil)
 	d.setFree(func(string) (uint64, error) { return 0, nil })
-	if d.low() || d.admit() != nil {
+	if d.low() || d.admit("jobs") != nil {
 		t.Fatal("min_free_bytes 0 must turn the check off")
 	}
 }

@@ -27,7 +27,7 @@ type limitedQueues struct {
 	sec *securityMetrics
 	// admit refuses publishes below storage.min_free_bytes (disk.go),
 	// before a queue is auto-created for them; nil: always admitted.
-	admit func() error
+	admit func(queue string) error
 	// create serialises the auto-creation of queues while a limit holds,
 	// so that concurrent publishes to new names cannot pass it together.
 	create sync.Mutex
@@ -43,7 +43,7 @@ func parentQueue(name string) string {
 // Publish checks the limits, then publishes.
 func (l *limitedQueues) Publish(ctx context.Context, name string, msg *queue.Message, done func(error)) {
 	if l.admit != nil {
-		if err := l.admit(); err != nil {
+		if err := l.admit(name); err != nil {
 			l.sec.limit(limitDiskFull)
 			done(err)
 			return

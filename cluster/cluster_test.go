@@ -111,6 +111,14 @@ func consumeAll(t *testing.T, n *node, group string, ls ...*ledger) []arrival {
 	start := arrivals.len()
 	cl := dial(t, n.mqtt, "drain-"+group+"-"+n.id, 64)
 	cl.subscribe("$share/" + group + "/$queue/orders")
+	return awaitArrivals(t, start, ls...)
+}
+
+// awaitArrivals waits until every message the ledgers acknowledged
+// arrived since start (an index of arrivals), for as long as messages
+// keep arriving, and returns those arrivals.
+func awaitArrivals(t *testing.T, start int, ls ...*ledger) []arrival {
+	t.Helper()
 	want := 0
 	for _, l := range ls {
 		want += l.ackedCount()

@@ -205,6 +205,17 @@ func (n *Node) register(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster: etcd lease: %w", err)
 	}
+	if late := time.Duration(monoNow() - asked); late > time.Duration(ttl)*time.Second/3 {
+		// Answered late (etcd was paused, or far): counted from when it
+		// was asked for, the lease would look spent at once, and be
+		// given up for another. Asked for again, now that etcd answers.
+		_, _ = n.etcd.Revoke(context.Background(), grant.ID)
+		n.log.Info("etcd granted the lease late; asking again", "took", late.Round(time.Millisecond))
+		asked = monoNow()
+		if grant, err = n.etcd.Grant(ctx, ttl); err != nil {
+			return fmt.Errorf("cluster: etcd lease: %w", err)
+		}
+	}
 	info, _ := json.Marshal(NodeInfo{ID: n.opts.NodeID, MQTT: n.opts.MQTT, HTTP: n.opts.HTTP, Cluster: n.addr, Session: int64(grant.ID), Instance: n.opts.Instance})
 	key := n.keys.node(n.opts.NodeID)
 	resp, err := n.etcd.Txn(ctx).
@@ -238,6 +249,7 @@ func (n *Node) register(ctx context.Context) error {
 		return fmt.Errorf("%w: node id %q is held by a live node (cluster address %s); node ids must be unique", ErrNodeIDInUse, n.opts.NodeID, other.Cluster)
 	}
 	n.guard.renewed(asked, time.Duration(grant.TTL)*time.Second)
+	n.etcdRenewed.Store(asked)
 	n.mu.Lock()
 	n.session = grant.ID
 	n.mu.Unlock()
@@ -262,6 +274,9 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 	// the replicated partitions goes to replicas that may reach etcd: this
 	// node will soon commit nothing (its guard), and would stall them.
 	handing := false
+	// failingSince: when the first renewal that failed since the last one
+	// that did was asked for (monoNow); 0 while renewals succeed.
+	failingSince := int64(0)
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -280,23 +295,20 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 		}
 		if err != nil {
 			n.log.Debug("renewing the cluster lease", "err", err)
+			if failingSince == 0 {
+				failingSince = asked
+			}
 			if !handing && n.raft != nil && monoNow()-renewed > int64(ttl/2) {
 				handing = true
-				n.log.Warn("cannot renew the cluster lease: handing the leadership of replicated partitions to other replicas", "err", err)
-				self := n.opts.NodeID
-				for _, r := range n.raft.all() {
-					if r.g.IsLeader() {
-						n.releasePartition(r.id) // before a transfer elects the next leader at once
-					}
-				}
-				n.raft.mr.TransferAll(func(node string) bool { return node != self && n.liveNode(node) })
+				n.handOverFromEtcd(failingSince, err)
 			}
 			t.Reset(100 * time.Millisecond)
 			continue
 		}
 		ttl = time.Duration(resp.TTL) * time.Second
-		renewed = asked
+		renewed, failingSince = asked, 0
 		n.guard.renewed(asked, ttl)
+		n.etcdRenewed.Store(asked)
 		if handing {
 			handing = false
 			n.mu.Lock()
@@ -320,7 +332,7 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 	}
 	leaving := n.view.leaving
 	n.mu.Unlock()
-	n.log.Warn("lost the cluster lease: serving no partition until joined again")
+	n.log.Warn("lost the cluster lease: serving no partition of one replica until joined again; replicated ones go on under raft")
 	n.Metrics().leasesLost.Inc()
 	n.releaseAll()
 	if leaving {
@@ -343,6 +355,36 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// handOverFromEtcd, on a node that could not renew its lease for half of
+// it: the leadership of each replicated partition goes to a replica that
+// reaches etcd, as its raft messages say (it renewed its lease after
+// since, when this node's renewals began to fail), which can record
+// itself as the owner and route publishes; this node would stall the
+// partitions once its lease lapsed. Where no replica reaches etcd (etcd
+// is down, or cut off from every one), the leaders stay: raft, not etcd,
+// fences a replicated partition's writes and deliveries, and they go on.
+func (n *Node) handOverFromEtcd(since int64, why error) {
+	self := n.opts.NodeID
+	to := func(node string) bool { return node != self && n.peerRenewedSince(node, since) }
+	handed, kept := 0, 0
+	for _, r := range n.raft.all() {
+		if !r.g.IsLeader() {
+			continue
+		}
+		if !slices.ContainsFunc(r.g.Replicas(), to) {
+			kept++
+			continue
+		}
+		handed++
+		n.releasePartition(r.id) // before a transfer elects the next leader at once
+		r.g.RequestTransfer(to)
+	}
+	// Leaderships this node takes meanwhile go the same way.
+	n.raft.mr.TransferAll(to)
+	n.log.Warn("cannot renew the cluster lease: the leadership of replicated partitions goes to replicas that reach etcd",
+		"handed", handed, "kept_no_replica_reaches_etcd", kept, "err", why)
 }
 
 // deregister removes the node from the membership (the lease ends).

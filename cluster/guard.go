@@ -42,9 +42,13 @@ func (g *guard) check() error {
 
 var errNoLease = fmt.Errorf("%w: this node's cluster membership lapsed", queue.ErrFenced)
 
+// guardedStore guards the logs of partitions of one replica; those of
+// replicated partitions are fenced by raft (a leader commits nothing
+// without a quorum), and go on while etcd cannot be reached.
 type guardedStore struct {
-	s queue.LogStore
-	g *guard
+	s          queue.LogStore
+	g          *guard
+	replicated func(queue string) bool
 }
 
 func (s *guardedStore) OpenLogs(o queue.LogOptions) (queue.Logs, error) {
@@ -52,15 +56,19 @@ func (s *guardedStore) OpenLogs(o queue.LogOptions) (queue.Logs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &guardedLogs{Logs: logs, g: s.g}, nil
+	return &guardedLogs{Logs: logs, g: s.g, replicated: s.replicated}, nil
 }
 
 type guardedLogs struct {
 	queue.Logs
-	g *guard
+	g          *guard
+	replicated func(queue string) bool
 }
 
 func (l *guardedLogs) Log(id queue.PartitionID, committed func([]*queue.Message, error)) queue.Log {
+	if l.replicated(id.Queue) {
+		return l.Logs.Log(id, committed)
+	}
 	return &guardedLog{Log: l.Logs.Log(id, committed), g: l.g}
 }
 

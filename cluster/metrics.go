@@ -92,7 +92,3 @@ func (m *Metrics) setOwned(id queue.PartitionID, epoch uint64, owned bool) {
 	m.epoch.DeleteLabelValues(id.Queue, p)
 }
 
-func (m *Metrics) clearOwned() {
-	m.owned.Reset()
-	m.epoch.Reset()
-}

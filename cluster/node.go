@@ -128,6 +128,11 @@ type Node struct {
 	watched map[*queue.Credit]bool     // connections' credits watched for deliveries waiting
 	leases  sync.Map                   // leaseKey -> *remoteSub: remote leases of consumers here
 	gone    map[string]time.Time       // since when a replica's node is not a member
+	// etcdRenewed is when this node last renewed its lease (monoNow);
+	// peersEtcd what each peer said of its own, with its raft messages
+	// (guarded by mu).
+	etcdRenewed atomic.Int64
+	peersEtcd   map[string]peerEtcd
 	// moveBudget: the partition moves this node may still start in the
 	// reconcile pass under way (reconcile goroutine).
 	moveBudget int
@@ -245,12 +250,17 @@ func (n *Node) ManagerOptions(mo *queue.ManagerOptions) {
 	mo.HandoverGrace = handoverGrace
 	mo.OnQueue = func(*queue.Queue) { n.poke() }
 	admit := mo.Admit
-	mo.Admit = func() error {
-		if err := n.guard.check(); err != nil {
-			return err
+	mo.Admit = func(name string) error {
+		if !n.replicated(name) {
+			// A replicated partition's writes are fenced by raft: a leader
+			// commits nothing without a quorum of its replicas, with or
+			// without etcd. A partition of one replica only by the lease.
+			if err := n.guard.check(); err != nil {
+				return err
+			}
 		}
 		if admit != nil {
-			return admit()
+			return admit(name)
 		}
 		return nil
 	}
@@ -416,9 +426,15 @@ func (n *Node) checkPeers() {
 // took its partitions over.
 func (n *Node) Guard(s queue.LogStore) queue.LogStore {
 	if n.raft != nil {
-		s = &raftStore{s: s, h: n.raft, replicated: func(name string) bool { return n.replicationFactor(name) > 1 }}
+		s = &raftStore{s: s, h: n.raft, replicated: n.replicated}
 	}
-	return &guardedStore{s: s, g: &n.guard}
+	return &guardedStore{s: s, g: &n.guard, replicated: n.replicated}
+}
+
+// replicated reports whether the named queue's partitions (or its
+// dead-letter queue's) are replicated by raft here.
+func (n *Node) replicated(name string) bool {
+	return n.raft != nil && n.replicationFactor(queue.ParentName(name)) > 1
 }
 
 // poke asks the reconcile loop to run.

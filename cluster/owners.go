@@ -226,19 +226,26 @@ func (n *Node) dropIfServed(id queue.PartitionID, rec Ownership) {
 	}
 }
 
-// releaseAll stops serving every partition (the lease is gone).
+// releaseAll stops serving every partition of one replica (the lease is
+// gone). A replicated partition's leader serves on: raft fences it, and
+// it needs no lease.
 func (n *Node) releaseAll() {
 	for _, q := range n.m.Queues() {
+		if n.replicated(q.Name()) {
+			continue
+		}
 		for p := 0; p < q.Partitions(); p++ {
 			id := queue.PartitionID{Queue: q.Name(), Partition: p}
 			if _, owned := n.m.Owned(id); owned {
 				ctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL)
 				_ = n.m.Release(ctx, id)
 				cancel()
+				if !queue.IsDLQ(q.Name()) {
+					n.Metrics().setOwned(id, 0, false)
+				}
 			}
 		}
 	}
-	n.Metrics().clearOwned()
 	n.ownershipChanged()
 }
 

@@ -75,6 +75,23 @@ func (n *Node) peer(id string) (*peer, error) {
 	return p, nil
 }
 
+// peerAny returns the link to node id, a member now or, while etcd does
+// not list it (etcd out of reach, its lease lapsed and not yet taken
+// again), the link it had: raft and the replicated partitions' leaders
+// do not depend on etcd's view of who is a member.
+func (n *Node) peerAny(id string) (*peer, error) {
+	p, err := n.peer(id)
+	if !errors.Is(err, errNotMember) {
+		return p, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p := n.peers[id]; p != nil {
+		return p, nil
+	}
+	return nil, err
+}
+
 func (p *peer) close() {
 	p.mu.Lock()
 	p.closed = true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	rpb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -92,7 +93,9 @@ func (s *raftSender) write(ctx context.Context, batch []*pb.RaftMessage) error {
 	stream := s.stream
 	s.mu.Unlock()
 	if stream == nil {
-		p, err := s.h.n.peer(s.node)
+		// A replica is talked to whether etcd lists it now or not: raft
+		// keeps its own count of who answers.
+		p, err := s.h.n.peerAny(s.node)
 		if err != nil {
 			return err
 		}
@@ -106,7 +109,49 @@ func (s *raftSender) write(ctx context.Context, batch []*pb.RaftMessage) error {
 		s.stream, s.cancel = stream, cancel
 		s.mu.Unlock()
 	}
-	return stream.Send(&pb.RaftBatch{Messages: batch})
+	return stream.Send(&pb.RaftBatch{Messages: batch, From: s.h.n.opts.NodeID, EtcdRenewedMsAgo: s.h.n.etcdRenewedAgo()})
+}
+
+// peerEtcd is what a peer said, with its last raft messages, of its
+// lease in etcd: when it renewed it last, and when it said so (monoNow,
+// this node's clock; 0: never).
+type peerEtcd struct {
+	renewed, at int64
+}
+
+// etcdRenewedAgo is how many milliseconds ago this node last renewed its
+// lease, -1 when never.
+func (n *Node) etcdRenewedAgo() int64 {
+	r := n.etcdRenewed.Load()
+	if r == 0 {
+		return -1
+	}
+	return (monoNow() - r) / int64(time.Millisecond)
+}
+
+// notePeerEtcd records what a peer said of its lease.
+func (n *Node) notePeerEtcd(node string, agoMS int64) {
+	now := monoNow()
+	pe := peerEtcd{at: now}
+	if agoMS >= 0 {
+		pe.renewed = now - agoMS*int64(time.Millisecond)
+	}
+	n.mu.Lock()
+	if n.peersEtcd == nil {
+		n.peersEtcd = map[string]peerEtcd{}
+	}
+	n.peersEtcd[node] = pe
+	n.mu.Unlock()
+}
+
+// peerRenewedSince reports whether node said, within the last second,
+// that it renewed its lease after since (monoNow): it reaches etcd while
+// this node has been failing to since then.
+func (n *Node) peerRenewedSince(node string, since int64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pe := n.peersEtcd[node]
+	return pe.renewed > since && monoNow()-pe.at < int64(time.Second)
 }
 
 // Raft receives a peer's raft messages.
@@ -122,6 +167,9 @@ func (s *server) Raft(stream pb.Node_RaftServer) error {
 		}
 		if err != nil {
 			return err
+		}
+		if b.From != "" {
+			s.n.notePeerEtcd(b.From, b.EtcdRenewedMsAgo)
 		}
 		for _, w := range b.Messages {
 			m := new(rpb.Message)

@@ -105,9 +105,11 @@ func (n *Node) CheckPartitions(ctx context.Context, name, group string, ps []int
 // be reached within MoveWait (a move in progress, an owner down), or at
 // once when the link to the owner broke with the publish in flight.
 func (n *Node) Publish(ctx context.Context, name string, msg *queue.Message, done func(error)) {
-	if err := n.guard.check(); err != nil {
-		done(err)
-		return
+	if !n.replicated(name) {
+		if err := n.guard.check(); err != nil {
+			done(err)
+			return
+		}
 	}
 	// Refused before the queue is opened: a refused first publish creates
 	// no queue.
@@ -149,6 +151,11 @@ func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Messa
 	}
 	if owner := n.ownerOf(id); owner != "" && owner != n.opts.NodeID {
 		p, err := n.peer(owner)
+		if errors.Is(err, errNotMember) && n.replicated(id.Queue) {
+			// Its leader may serve on while its lease lapsed: raft, not
+			// etcd, fences it.
+			p, err = n.peerAny(owner)
+		}
 		switch {
 		case err == nil:
 			p.publish(id, msg, func(err error) {

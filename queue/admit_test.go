@@ -15,7 +15,7 @@ import (
 func TestManagerAdmitRefusesPublishesNotSettlements(t *testing.T) {
 	var full atomic.Bool
 	m := newManager(t, queuetest.NewMemStore(1), func(o *queue.ManagerOptions) {
-		o.Admit = func() error {
+		o.Admit = func(string) error {
 			if full.Load() {
 				return queue.ErrStorageFull
 			}

@@ -34,11 +34,12 @@ type ManagerOptions struct {
 	// SyncInterval is how often the writes of queues with durability
 	// async are fsynced.
 	SyncInterval time.Duration
-	// Admit, if set, is asked before each Manager.Publish; its error refuses
-	// the publish before anything is stored (e.g. ErrStorageFull while the
-	// disk is short of space). It is called on every publish: it must be
-	// quick. Dead-lettering, settlements and deletes do not ask it.
-	Admit func() error
+	// Admit, if set, is asked before each Manager.Publish to the named
+	// queue; its error refuses the publish before anything is stored (e.g.
+	// ErrStorageFull while the disk is short of space). It is called on
+	// every publish: it must be quick. Dead-lettering, settlements and
+	// deletes do not ask it.
+	Admit func(queue string) error
 	// OnCommit, if set, is told about every committed batch.
 	OnCommit func(CommitStats)
 	// OnAck, if set, is told about every acked message: its queue and when
@@ -321,7 +322,7 @@ func (m *Manager) persistMeta(ctx context.Context, name string, partitions int) 
 // Publish appends msg to the named queue (see Queue.Publish).
 func (m *Manager) Publish(ctx context.Context, name string, msg *Message, done func(error)) {
 	if m.opts.Admit != nil {
-		if err := m.opts.Admit(); err != nil {
+		if err := m.opts.Admit(name); err != nil {
 			finish(done, err)
 			return
 		}

@@ -1988,10 +1988,16 @@ func (x *RaftMessage) GetMessage() []byte {
 }
 
 type RaftBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Messages      []*RaftMessage         `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Messages []*RaftMessage         `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// from names the sending node; etcd_renewed_ms_ago is how long ago it
+	// last renewed its etcd lease (-1: never): a leader that cannot reach
+	// etcd hands its leaderships only to replicas that renewed theirs
+	// since it began to fail.
+	From             string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	EtcdRenewedMsAgo int64  `protobuf:"varint,3,opt,name=etcd_renewed_ms_ago,json=etcdRenewedMsAgo,proto3" json:"etcd_renewed_ms_ago,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RaftBatch) Reset() {
@@ -2029,6 +2035,20 @@ func (x *RaftBatch) GetMessages() []*RaftMessage {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *RaftBatch) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *RaftBatch) GetEtcdRenewedMsAgo() int64 {
+	if x != nil {
+		return x.EtcdRenewedMsAgo
+	}
+	return 0
 }
 
 type RaftResponse struct {
@@ -2683,9 +2703,11 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04body\x18\x02 \x01(\fR\x04body\"=\n" +
 	"\vRaftMessage\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\fR\amessage\"G\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\"\x8a\x01\n" +
 	"\tRaftBatch\x12:\n" +
-	"\bmessages\x18\x01 \x03(\v2\x1e.shardq.cluster.v1.RaftMessageR\bmessages\"\x0e\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1e.shardq.cluster.v1.RaftMessageR\bmessages\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12-\n" +
+	"\x13etcd_renewed_ms_ago\x18\x03 \x01(\x03R\x10etcdRenewedMsAgo\"\x0e\n" +
 	"\fRaftResponse\"7\n" +
 	"\vRangeDelete\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
