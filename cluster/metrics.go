@@ -91,4 +91,3 @@ func (m *Metrics) setOwned(id queue.PartitionID, epoch uint64, owned bool) {
 	m.owned.DeleteLabelValues(id.Queue, p)
 	m.epoch.DeleteLabelValues(id.Queue, p)
 }
-
