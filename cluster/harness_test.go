@@ -145,8 +145,9 @@ func (n *node) launch(t testing.TB, c *testCluster, extra []string) {
 	}(n.cmd, n.exited)
 	t.Cleanup(func() {
 		n.kill()
-		if dir := os.Getenv("SHARDQ_TEST_LOGS"); dir != "" && t.Failed() {
-			// Kept for a look at a failure: SHARDQ_TEST_LOGS=DIR.
+		if dir := os.Getenv("SHARDQ_TEST_LOGS"); dir != "" && (t.Failed() || os.Getenv("SHARDQ_TEST_LOGS_ALWAYS") != "") {
+			// Kept for a look at a failure: SHARDQ_TEST_LOGS=DIR (and
+			// SHARDQ_TEST_LOGS_ALWAYS=1: whatever the outcome).
 			b, _ := os.ReadFile(n.logPath)
 			_ = os.MkdirAll(dir, 0o755)
 			_ = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+n.id+".log"), b, 0o644)

@@ -10,7 +10,8 @@ import (
 // 20 s, four lease TTLs, under a load through every node. The replicated
 // queue goes on acknowledging with 0x00, and delivering, for the whole
 // outage; a queue of one replica answers 0x83 once the lease lapsed, as
-// it must (only the lease fences it). Nothing acknowledged is lost. The
+// it must (only the lease fences it). A client connecting in the outage
+// is taken and publishes. Nothing acknowledged is lost. The
 // cluster in network namespaces, etcd in its own.
 func TestEtcdOutage(t *testing.T) {
 	cfg := configFile(t, "queues:\n  declared:\n    solo:\n      partitions: 1\n      replication_factor: 1\n")
@@ -47,6 +48,18 @@ func TestEtcdOutage(t *testing.T) {
 	// Past the lease (5 s) and its margin: every node lost it by now.
 	time.Sleep(8 * time.Second)
 	ackedAt, deliveredAt := acked(), arrivals.len()
+	// A client connecting now is taken, its client ID recorded once etcd
+	// is back.
+	late := dial(t, c.nodes["c"].mqtt, "late-producer", 16)
+	lateLedger := &ledger{acked: map[string]bool{}, codes: map[byte]int{}}
+	for i := range 20 {
+		payload := message("late", i)
+		code, err := late.publish("$queue/orders", "late", payload)
+		lateLedger.record(payload, code, err)
+	}
+	if codes := lateLedger.codeCounts(); codes[0] != 20 {
+		t.Errorf("a client connected during the outage: publishes answered %v, want 0x00 each", codes)
+	}
 	if code, err := prod.publish("$queue/solo", "k", []byte("solo-during")); err != nil || code != 0x83 {
 		t.Errorf("publish to a queue of one replica with etcd paused for %s: %#x %v, want 0x83", time.Since(paused).Round(time.Second), code, err)
 	}
@@ -79,8 +92,9 @@ func TestEtcdOutage(t *testing.T) {
 	for _, d := range dones {
 		<-d
 	}
-	got := awaitArrivals(t, start, ledgers...)
-	for _, l := range ledgers {
+	all := append(ledgers, lateLedger)
+	got := awaitArrivals(t, start, all...)
+	for _, l := range all {
 		l.check(t, got)
 	}
 	checkOrder(t, got)

@@ -443,6 +443,16 @@ func (p *plainState) rewrite(ctx context.Context, lease clientv3.LeaseID, c *Cla
 			_ = json.Unmarshal(kvs[0].Value, &holder)
 		}
 	}
+	if holder.Node == n.opts.NodeID && rev == 0 {
+		// Taken provisionally (etcd out of reach) over a record of this
+		// node's own, from before: written again over that one.
+		if kvs := inner.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			p.mu.Lock()
+			c.rev = kvs[0].ModRevision
+			p.mu.Unlock()
+			return p.rewrite(ctx, lease, c)
+		}
+	}
 	p.mu.Lock()
 	if p.claims[c.id] == c {
 		delete(p.claims, c.id)
@@ -721,17 +731,25 @@ type Claim struct {
 // and nothing changes. When the node holding it cannot be reached, the
 // client starts anew here.
 func (n *Node) ClaimClient(ctx context.Context, clientID, user string) (c *Claim, session []byte, found bool, err error) {
+	if n.etcd == nil {
+		return nil, nil, false, errors.New("cluster: not a member of the cluster")
+	}
 	n.mu.Lock()
 	lease := n.session
 	n.mu.Unlock()
-	if lease == 0 || n.etcd == nil {
-		return nil, nil, false, errors.New("cluster: not a member of the cluster")
+	if lease == 0 || !n.etcdOK() {
+		return n.claimProvisionally(clientID, user), nil, false, nil
 	}
 	key := n.keys.client(clientID)
 	val := clientValue(n.opts.NodeID, user)
 	var prev clientRecord
 	for attempt := 0; ; attempt++ {
-		get, err := n.etcd.Get(ctx, key)
+		gctx, cancel := context.WithTimeout(ctx, etcdClaimWait)
+		get, err := n.etcd.Get(gctx, key)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			return n.claimProvisionally(clientID, user), nil, false, nil
+		}
 		if err != nil {
 			return nil, nil, false, fmt.Errorf("cluster: reading client %q: %w", clientID, err)
 		}
@@ -769,6 +787,27 @@ func (n *Node) ClaimClient(ctx context.Context, clientID, user string) (c *Claim
 		return c, nil, false, nil
 	}
 	return c, session, found, nil
+}
+
+// etcdClaimWait bounds how long a connecting client waits for etcd to
+// read its client ID's record before it is taken provisionally.
+const etcdClaimWait = time.Second
+
+// claimProvisionally takes clientID here without etcd, which cannot be
+// reached: a client connects while etcd is down as it does while etcd
+// is up, but a session it had on another node is not taken over, and
+// the client ID is recorded once etcd answers again. Should another node
+// have taken it meanwhile, the session here ends then (TakeOver).
+func (n *Node) claimProvisionally(clientID, user string) *Claim {
+	c := &Claim{id: clientID, user: user}
+	p := n.plain()
+	p.mu.Lock()
+	p.claims[clientID] = c
+	p.reclaim = true
+	p.mu.Unlock()
+	p.poke()
+	n.log.Info("client connected while etcd is out of reach: its client ID is recorded once etcd answers", "client", clientID)
+	return c
 }
 
 func (n *Node) takeOver(ctx context.Context, node, clientID string) ([]byte, bool, error) {
