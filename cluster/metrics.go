@@ -25,10 +25,13 @@ type Metrics struct {
 	// recovering counts the raft groups of this node that take no part in
 	// elections until they have their entries back.
 	recovering prometheus.Gauge
-	lag        *prometheus.GaugeVec
-	proposals  prometheus.Histogram
-	copies     prometheus.Counter
-	logWrite   prometheus.Histogram
+	// quiesced counts the raft groups of this node that stopped ticking,
+	// idle.
+	quiesced  prometheus.Gauge
+	lag       *prometheus.GaugeVec
+	proposals prometheus.Histogram
+	copies    prometheus.Counter
+	logWrite  prometheus.Histogram
 }
 
 // NewMetrics returns the cluster's metrics, registered on reg when it is
@@ -57,6 +60,8 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 			Help: "Times this node lost its cluster lease in etcd (it serves no partition until it joined again).", ConstLabels: l}),
 		recovering: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardq_cluster_raft_recovering_groups",
 			Help: "Raft groups of this node whose log lost entries (salvaged after damage): they take no part in elections until a leader has given them back every committed entry."}),
+		quiesced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardq_cluster_raft_quiesced_groups",
+			Help: "Raft groups of this node that are idle and stopped ticking and heartbeating; the first write or message wakes them.", ConstLabels: l}),
 		elections: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_leader_changes_total",
 			Help: "Times this node became or stopped being the raft leader of a partition.", ConstLabels: l}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardq_cluster_replication_lag_entries",
@@ -71,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 			Help: "Copies of a partition this leader sent to a replica its compacted raft log had left behind.", ConstLabels: l}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.leasesLost, m.elections, m.recovering, m.lag, m.proposals, m.copies, m.logWrite} {
+		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.leasesLost, m.elections, m.recovering, m.quiesced, m.lag, m.proposals, m.copies, m.logWrite} {
 			reg.MustRegister(c)
 		}
 	}

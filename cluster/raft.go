@@ -105,6 +105,7 @@ func newRaftHost(n *Node, store RaftStore) *raftHost {
 			},
 			CopySent:   func(string, string) { m.copies.Inc() },
 			Recovering: func(d int) { m.recovering.Add(float64(d)) },
+			Quiesced:   func(d int) { m.quiesced.Add(float64(d)) },
 			Changed:    n.poke,
 		},
 	})
@@ -559,16 +560,18 @@ func (h *raftHost) fail(ps []*proposal, err error) {
 // expire fails proposals not applied in time.
 func (h *raftHost) expire() {
 	now := time.Now()
-	for _, r := range h.all() {
-		var late []*proposal
-		h.mu.Lock()
+	lates := map[*replica][]*proposal{}
+	h.mu.Lock()
+	for _, r := range h.replicas {
 		for id, p := range r.inflight {
 			if now.Sub(p.at) > raftProposalTimeout {
-				late = append(late, p)
+				lates[r] = append(lates[r], p)
 				delete(r.inflight, id)
 			}
 		}
-		h.mu.Unlock()
+	}
+	h.mu.Unlock()
+	for r, late := range lates {
 		slices.SortFunc(late, cmpID)
 		h.fail(late, unknown(fmt.Errorf("%w: %s: not committed within %s", queue.ErrNotOwned, groupName(r.id), raftProposalTimeout)))
 	}

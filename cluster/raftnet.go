@@ -129,6 +129,11 @@ func (n *Node) etcdRenewedAgo() int64 {
 	return (monoNow() - r) / int64(time.Millisecond)
 }
 
+// etcdOK reports whether this node renewed its lease within half of it.
+func (n *Node) etcdOK() bool {
+	return monoNow()-n.etcdRenewed.Load() < int64(n.opts.LeaseTTL/2)
+}
+
 // notePeerEtcd records what a peer said of its lease.
 func (n *Node) notePeerEtcd(node string, agoMS int64) {
 	now := monoNow()

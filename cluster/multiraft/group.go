@@ -27,6 +27,10 @@ type Group struct {
 
 	// Driver goroutine only.
 	leader bool
+	// idle counts a leader's ticks with nothing to do; removed: dropped
+	// here (quiesce.go).
+	idle    int
+	removed bool
 	// hsTerm and hsVote are the term and vote last written to the log.
 	hsTerm, hsVote uint64
 	synced         uint64 // applied index last recorded
@@ -51,6 +55,8 @@ type Group struct {
 	// wanted: the state machine has something to propose; onList: the
 	// group is on the host's woken list.
 	wanted, onList atomic.Bool
+	// quiesced: the group stopped ticking (quiesce.go).
+	quiesced atomic.Bool
 	// caughtUp: leader, and every entry committed before its term is
 	// stored by the state machine.
 	caughtUp atomic.Bool
@@ -130,7 +136,13 @@ func (g *Group) InSync() ([]string, bool) {
 	if g.inSync == nil {
 		return nil, false
 	}
-	return slices.Clone(g.inSync), true
+	in := slices.Clone(g.inSync)
+	if g.quiesced.Load() {
+		// Not looked at since it quiesced: a replica whose node went
+		// silent is not in sync.
+		in = slices.DeleteFunc(in, func(node string) bool { return g.h.silent[ID(node)] })
+	}
+	return in, true
 }
 
 // Wake asks the driver to call the state machine's Propose. Any
@@ -253,6 +265,9 @@ func (h *Host) sendCopy(g *Group, node string, m *rpb.Message) {
 func (h *Host) copyDone(r copyResult) {
 	delete(h.sending, r.g.name+"/"+r.node)
 	h.dirty[r.g] = true
+	if !r.g.removed {
+		h.awaken(r.g)
+	}
 	to := r.m.GetTo()
 	if r.err != nil {
 		h.log.Warn("copy for a replica behind failed", "group", r.g.name, "replica", r.node, "err", r.err)
@@ -345,6 +360,10 @@ func (g *Group) RequestChange(c Change, node string) {
 
 func (h *Host) proposeChange(r confRequest) {
 	g := r.g
+	if g.removed {
+		return
+	}
+	h.awaken(g)
 	if !g.leader || g.rn.BasicStatus().LeadTransferee != 0 {
 		return
 	}
@@ -419,6 +438,11 @@ func (h *Host) drop(g *Group, why string) {
 	}
 	h.mu.Unlock()
 	delete(h.dirty, g)
+	delete(h.awake, g)
+	g.removed = true
+	if g.quiesced.Swap(false) {
+		h.setQuiesced(-1)
+	}
 	g.isLeader.Store(false)
 	g.caughtUp.Store(false)
 	if g.recovering.Swap(false) {

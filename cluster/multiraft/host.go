@@ -2,12 +2,14 @@ package multiraft
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -115,6 +117,8 @@ type Observer struct {
 	Recovering func(delta int)
 	// Changed: a group's leadership, catch-up or replicas changed.
 	Changed func()
+	// Quiesced counts groups that quiesce (+1) or wake (-1).
+	Quiesced func(delta int)
 }
 
 // Options configure a Host.
@@ -194,6 +198,21 @@ type Host struct {
 	// took most of an idle node's time with thousands of groups.
 	woken []*Group
 	dirty map[*Group]bool
+	// awake are the groups that tick (driver goroutine); quiesced counts
+	// the others (quiesce.go). heard is when a message last came from
+	// each node, pinged the nodes pinged each tick and when they were
+	// listed (driver goroutine); silent the nodes not heard from for an
+	// election timeout (guarded by mu).
+	awake    map[*Group]bool
+	quiesced atomic.Int64
+	heard    map[uint64]time.Time
+	pinged   map[uint64]string
+	peersAt  time.Time
+	silent   map[uint64]bool
+	// run names this run of the host in its pings; peerRun the run of
+	// each peer's last ping (driver goroutine).
+	run     []byte
+	peerRun map[uint64]string
 }
 
 type inbound struct {
@@ -232,6 +251,8 @@ func New(o Options) *Host {
 		inbox: make(chan inbound, 4096), wake: make(chan struct{}, 1),
 		copies: make(chan copyResult, 64), sending: map[string]bool{}, changes: make(chan confRequest, 64),
 		closes: make(chan *Group), closed: map[string]bool{}, done: make(chan struct{}),
+		awake: map[*Group]bool{}, heard: map[uint64]time.Time{},
+		run: binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano())), peerRun: map[uint64]string{},
 		checkpoints: make(chan checkpointDone, 1), dirty: map[*Group]bool{}}
 }
 
@@ -429,8 +450,13 @@ func (h *Host) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
-			for _, g := range h.all() {
+		case now := <-tick.C:
+			h.ping(now)
+			for g := range h.awake {
+				// Before its tick, which has a leader heartbeat.
+				if h.maybeQuiesce(g) {
+					continue
+				}
 				g.rn.Tick()
 				h.progress(g)
 				h.dirty[g] = true
@@ -470,6 +496,7 @@ func (h *Host) Run(ctx context.Context) {
 		for _, g := range woken {
 			g.onList.Store(false)
 			h.dirty[g] = true
+			h.awaken(g)
 		}
 		for g := range h.dirty {
 			if g.campaign {
@@ -497,12 +524,17 @@ func (h *Host) Run(ctx context.Context) {
 }
 
 func (h *Host) step(in inbound) {
+	m := in.m
+	h.heard[m.GetFrom()] = time.Now()
+	if in.group == pingGroup {
+		h.pingedBy(m)
+		return
+	}
 	g := h.Group(in.group)
 	if g == nil {
 		return // not open here yet: raft sends again
 	}
-	m := in.m
-	if !h.screen(g, m) {
+	if !h.stepQuiesced(g, m) || !h.screen(g, m) {
 		return
 	}
 	if m.GetType() == rpb.MessageType_MsgHeartbeat {
@@ -871,6 +903,7 @@ func (h *Host) transfer() {
 		}
 		for _, r := range g.replicas {
 			if r != h.o.NodeID && live(r) {
+				h.awaken(g)
 				g.rn.TransferLeader(ID(r))
 				h.dirty[g] = true
 				break

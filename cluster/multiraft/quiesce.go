@@ -1,0 +1,228 @@
+package multiraft
+
+import (
+	"bytes"
+	"slices"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	rpb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+)
+
+// Quiescing: a group with nothing to do stops ticking and heartbeating,
+// so that thousands of idle groups cost next to nothing. A leader whose
+// replicas all hold every entry it has, with nothing proposed, applying
+// or changing, for quiesceAfter ticks, sends each replica a last
+// heartbeat marked as quiescing and stops ticking; a follower that gets
+// it while its log matches the leader's stops ticking too. Anything that
+// happens to a quiesced group wakes it: a proposal, a replica change, a
+// transfer, any message of its raft but heartbeat answers.
+//
+// A quiesced follower no longer counts towards an election timeout, so
+// the host watches its leader's node instead: every tick each host sends
+// one ping to every node it shares a group with (one message for all the
+// groups of two nodes), and a quiesced follower whose leader's node has
+// not been heard from for an election timeout wakes and, if the leader is
+// gone, elects another. A ping names the run of the host that sends it:
+// a node that restarted (its replicas may have lost what they had, or be
+// recovering) wakes every quiesced group it shares. A quiesced leader cut off learns it is deposed
+// when it wakes: its first proposal commits nothing without a majority,
+// and CheckQuorum steps it down.
+
+// quiesceAfter is how many idle ticks a leader waits before quiescing.
+const quiesceAfter = 3
+
+// quiesceMark is the context of a quiescing heartbeat.
+var quiesceMark = []byte("quiesce")
+
+// pingGroup is the group name of a host's ping: no group's.
+const pingGroup = ""
+
+// Quiesced reports whether the group is quiesced here.
+func (g *Group) Quiesced() bool { return g.quiesced.Load() }
+
+// awaken makes a quiesced group tick again (driver goroutine).
+func (h *Host) awaken(g *Group) {
+	g.idle = 0
+	if g.quiesced.Swap(false) {
+		h.setQuiesced(-1)
+	}
+	if !g.removed {
+		h.awake[g] = true
+	}
+}
+
+// quiesce stops the group's ticks (driver goroutine).
+func (h *Host) quiesce(g *Group) {
+	delete(h.awake, g)
+	if !g.quiesced.Swap(true) {
+		h.setQuiesced(1)
+	}
+}
+
+func (h *Host) setQuiesced(delta int) {
+	h.quiesced.Add(int64(delta))
+	if f := h.o.Observer.Quiesced; f != nil {
+		f(delta)
+	}
+}
+
+// QuiescedGroups returns how many groups are quiesced here.
+func (h *Host) QuiescedGroups() int { return int(h.quiesced.Load()) }
+
+// maybeQuiesce, before a leader's tick: a group idle for quiesceAfter
+// ticks quiesces, and tells its replicas; it reports whether it did
+// (driver goroutine).
+func (h *Host) maybeQuiesce(g *Group) bool {
+	if !h.idleLeader(g) {
+		g.idle = 0
+		return false
+	}
+	if g.idle++; g.idle < quiesceAfter {
+		return false
+	}
+	st := g.rn.BasicStatus()
+	var msgs []*rpb.Message
+	for id := range g.nodes {
+		if id == h.id || !g.isReplica(id) {
+			continue
+		}
+		msgs = append(msgs, &rpb.Message{Type: rpb.MessageType_MsgHeartbeat.Enum(), To: proto.Uint64(id), From: proto.Uint64(h.id),
+			Term: proto.Uint64(st.GetTerm()), Commit: proto.Uint64(st.GetCommit()), Context: quiesceMark})
+	}
+	h.send(g, msgs)
+	h.quiesce(g)
+	// Every replica holds every entry: each is in sync and up to date,
+	// whatever the last tick saw of how recently it answered.
+	all := append(slices.Clone(g.replicas), g.learners...)
+	slices.Sort(all)
+	h.mu.Lock()
+	g.inSync, g.upToDate = all, slices.Clone(all)
+	h.mu.Unlock()
+	return true
+}
+
+// idleLeader reports whether g leads with nothing to do: every entry
+// committed, applied and stored, every replica holding all of them, no
+// proposal, replica change, transfer or recovery under way.
+func (h *Host) idleLeader(g *Group) bool {
+	if !g.leader || g.recovering.Load() || g.wanted.Load() || g.rn.HasReady() || len(g.learners) > 0 || !g.caughtUp.Load() {
+		return false
+	}
+	st := g.rn.BasicStatus()
+	last, _ := g.ms.LastIndex()
+	if st.GetCommit() != last || st.Applied != last || st.LeadTransferee != 0 || g.sm.Stored() < last || st.GetTerm() != g.leaderTerm.Load() {
+		return false
+	}
+	all := true
+	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id != h.id && pr.Match != last {
+			all = false
+		}
+	})
+	return all
+}
+
+// isReplica reports whether raft id is a voter or learner of g.
+func (g *Group) isReplica(id uint64) bool {
+	name := g.nodes[id]
+	for _, r := range g.replicas {
+		if r == name {
+			return true
+		}
+	}
+	for _, r := range g.learners {
+		if r == name {
+			return true
+		}
+	}
+	return false
+}
+
+// pinged notes a ping from a peer; one from a new run of it wakes the
+// quiesced groups it is a replica of (driver goroutine).
+func (h *Host) pingedBy(m *rpb.Message) {
+	from, run := m.GetFrom(), string(m.GetContext())
+	prev, known := h.peerRun[from]
+	h.peerRun[from] = run
+	if !known || prev == run || h.quiesced.Load() == 0 {
+		return
+	}
+	for _, g := range h.all() {
+		if g.quiesced.Load() && g.isReplica(from) {
+			h.awaken(g)
+		}
+	}
+}
+
+// stepQuiesced takes a message for a group, quiesced or not, before raft
+// does: it reports whether raft should step it. A quiescing heartbeat
+// from the follower's leader, with its log matching, quiesces it; any
+// other message but a heartbeat's answer wakes it (driver goroutine).
+func (h *Host) stepQuiesced(g *Group, m *rpb.Message) bool {
+	if m.GetType() == rpb.MessageType_MsgHeartbeat && bytes.Equal(m.GetContext(), quiesceMark) {
+		m.Context = nil // a heartbeat to raft
+		st := g.rn.BasicStatus()
+		last, _ := g.ms.LastIndex()
+		if !g.leader && !g.recovering.Load() && st.Lead == m.GetFrom() && st.GetTerm() == m.GetTerm() && last == m.GetCommit() {
+			h.quiesce(g)
+			return true
+		}
+		h.awaken(g)
+		return true
+	}
+	if g.quiesced.Load() && m.GetType() != rpb.MessageType_MsgHeartbeatResp {
+		h.awaken(g)
+	}
+	return true
+}
+
+// ping sends one message to every node this host shares a group with,
+// for all their groups, and wakes the quiesced followers whose leader's
+// node has been silent for an election timeout (driver goroutine, each
+// tick).
+func (h *Host) ping(now time.Time) {
+	if now.Sub(h.peersAt) > time.Second {
+		h.peersAt = now
+		seen := map[uint64]string{}
+		for _, g := range h.all() {
+			for _, r := range g.replicas {
+				seen[ID(r)] = r
+			}
+			for _, r := range g.learners {
+				seen[ID(r)] = r
+			}
+		}
+		delete(seen, h.id)
+		h.pinged = seen
+	}
+	if h.o.Transport != nil {
+		for id, node := range h.pinged {
+			h.o.Transport.Send(node, pingGroup, &rpb.Message{Type: rpb.MessageType_MsgHeartbeat.Enum(), To: proto.Uint64(id), From: proto.Uint64(h.id),
+				Context: h.run})
+		}
+	}
+	timeout := time.Duration(h.o.ElectionTicks) * h.o.Tick
+	silent := map[uint64]bool{}
+	for id := range h.pinged {
+		if now.Sub(h.heard[id]) > timeout {
+			silent[id] = true
+		}
+	}
+	h.mu.Lock()
+	h.silent = silent
+	h.mu.Unlock()
+	if len(silent) == 0 {
+		return
+	}
+	if h.quiesced.Load() == 0 {
+		return
+	}
+	for _, g := range h.all() {
+		if g.quiesced.Load() && !g.leader && silent[g.rn.BasicStatus().Lead] {
+			h.awaken(g)
+		}
+	}
+}
