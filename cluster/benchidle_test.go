@@ -2,7 +2,10 @@ package cluster_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,15 +15,20 @@ import (
 // BenchmarkIdleGroups measures what idle replicated partitions cost:
 // three nodes, QUEUES queues of 8 partitions with replication factor 3
 // (QUEUES*8 raft groups on every node), each queue created by one
-// publish; once every partition has its owner, the nodes' CPU time over
-// 10 s with no traffic. Run with
+// publish; once every replica is in sync, the nodes' CPU time over
+// 10 s with no traffic, their resident memory, and the PUBACK latency of
+// 1,000 publishes to idle partitions, which wake their groups. Run with
 //
 //	go test ./cluster -run '^$' -bench IdleGroups -benchtime 1x -timeout 30m
 //
-// It reports the three nodes' CPU use together as a percentage of one
-// core, for 100 queues (800 partitions) and 500 (4,000).
+// It reports how long after the last creating publish every replica was
+// in sync (every group quiesced on the three nodes), the three nodes' CPU
+// use together as a percentage of one core, for 100 queues (800
+// partitions), 500 (4,000) and 1,000 (8,000), and the publishes' p50 and
+// p99.
+// SHARDQ_IDLE_PROFILE=FILE writes a CPU profile of one node meanwhile.
 func BenchmarkIdleGroups(b *testing.B) {
-	for _, queues := range []int{100, 500} {
+	for _, queues := range []int{100, 500, 1000} {
 		b.Run(fmt.Sprintf("queues=%d", queues), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				idleGroups(b, queues)
@@ -42,22 +50,109 @@ func idleGroups(b *testing.B, queues int) {
 			b.Fatalf("publish to idle%d: %#x %v", q, code, err)
 		}
 	}
-	for q := 0; q < queues; q++ {
-		c.waitOwned(fmt.Sprintf("idle%d", q), 8, 5*time.Minute, ids...)
+	last := time.Now()
+	partitions := queues * 8
+	// Every replica of every partition holds every entry once its group
+	// quiesced on all three nodes.
+	deadline := last.Add(10 * time.Minute)
+	for {
+		quiet := 0.0
+		for _, id := range ids {
+			quiet += c.nodes[id].metricQuiet("shardq_cluster_raft_quiesced_groups")
+		}
+		if int(quiet) >= 3*partitions {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%v of %d replicas in sync and quiesced 10 minutes after the last publish", quiet, 3*partitions)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	b.Logf("%d partitions owned %s after the first publish", queues*8, time.Since(created).Round(time.Millisecond))
+	b.Logf("%d partitions (%d replicas) created by %s of publishes, every replica in sync %s after the last", partitions, 3*partitions,
+		last.Sub(created).Round(time.Millisecond), time.Since(last).Round(time.Millisecond))
+	b.ReportMetric(time.Since(last).Seconds(), "s-to-in-sync")
 	before := make([]time.Duration, len(ids))
 	for i, id := range ids {
 		before[i] = processCPU(b, c.nodes[id].cmd.Process.Pid)
 	}
 	start := time.Now()
-	time.Sleep(10 * time.Second)
+	if path := os.Getenv("SHARDQ_IDLE_PROFILE"); path != "" {
+		// A CPU profile of node a over the idle time, to see what is left.
+		resp, err := http.Get("http://" + c.nodes["a"].http + "/debug/pprof/profile?seconds=10")
+		if err != nil {
+			b.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		time.Sleep(10 * time.Second)
+	}
 	elapsed := time.Since(start)
 	var used time.Duration
+	var rss []string
 	for i, id := range ids {
 		used += processCPU(b, c.nodes[id].cmd.Process.Pid) - before[i]
+		rss = append(rss, fmt.Sprintf("%s %d MiB", id, processRSS(b, c.nodes[id].cmd.Process.Pid)>>20))
 	}
 	b.ReportMetric(100*used.Seconds()/elapsed.Seconds(), "idle-cpu-%core")
+	b.Logf("idle: the three nodes used %.1f%% of one core; RSS %s", 100*used.Seconds()/elapsed.Seconds(), strings.Join(rss, ", "))
+
+	// A publish to an idle partition wakes its group: its PUBACK, through
+	// the node the client is on (the partition's leader or not).
+	var lat []time.Duration
+	for i := range 1000 {
+		t0 := time.Now()
+		if code, err := cl.publish(fmt.Sprintf("$queue/idle%d", (i*7919)%queues), fmt.Sprintf("w%d", i), []byte("x")); err != nil || code != 0 {
+			b.Fatalf("publish to an idle queue: %#x %v", code, err)
+		}
+		lat = append(lat, time.Since(t0))
+		if queues < 1000 && i%queues == queues-1 {
+			// Every queue woken: wait until they are quiet again.
+			time.Sleep(time.Second)
+		}
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "idle-publish-p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "idle-publish-p99-ms")
+}
+
+// metricQuiet is metric without a test's failure when the node does not
+// answer: -1.
+func (n *node) metricQuiet(name string) float64 {
+	resp, err := http.Get("http://" + n.http + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	sum := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// processRSS reads the resident memory of process pid, in bytes.
+func processRSS(tb testing.TB, pid int) int64 {
+	tb.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // processCPU reads the CPU time, user and system, process pid used.

@@ -426,6 +426,9 @@ func (n *Node) watch(rev int64) {
 			ownership := false
 			for _, ev := range wr.Events {
 				ownership = ownership || !plainKey(n.keys, string(ev.Kv.Key))
+				if topologyKey(n.keys, string(ev.Kv.Key)) {
+					n.topology.Add(1)
+				}
 				var value []byte
 				if ev.Type == mvccpb.Event_PUT {
 					value = ev.Kv.Value
@@ -466,8 +469,21 @@ func (n *Node) loadView(ctx context.Context) (int64, error) {
 	v.leaving = n.view.leaving
 	n.view = v
 	n.mu.Unlock()
+	n.topology.Add(1)
 	n.changedView()
 	return resp.Header.Revision, nil
+}
+
+// topologyKey reports whether key is one of those every partition's
+// placement follows: the nodes, drains, placement and queues.
+func topologyKey(k keys, key string) bool {
+	rest, _ := strings.CutPrefix(key, k.prefix)
+	for _, p := range []string{"nodes/", "known/", "drain/", "placement", "queues/"} {
+		if strings.HasPrefix(rest, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // plainKey reports whether key is one of plain MQTT's: interest or a

@@ -136,12 +136,14 @@ func (n *Node) reconcile() {
 			id := queue.PartitionID{Queue: name, Partition: p}
 			n.mu.Lock()
 			rec, has := n.view.owners[id]
-			target := n.view.winner(id, allowed, self)
 			moving := n.moving[id]
 			n.mu.Unlock()
-			if moving {
+			if moving || n.settled(id, rec, rf) {
 				continue
 			}
+			n.mu.Lock()
+			target := n.view.winner(id, allowed, self)
+			n.mu.Unlock()
 			if rf > 1 {
 				n.reconcileReplicated(id, rec, has, target, allowed, rf)
 				continue
@@ -184,6 +186,49 @@ func (n *Node) reconcile() {
 		// Every group of this node is open now.
 		n.raft.mr.RecoveredAll()
 	}
+}
+
+// revisitAfter is how long a settled partition goes without a reconcile
+// pass: what follows from time alone (a leadership handed back after
+// leaderSettle, a replica replaced after ReplaceAfter) waits that long at
+// most.
+const revisitAfter = 10 * time.Second
+
+// visit is what a reconcile pass saw of a partition: its record's
+// revision, the cluster's topology, and its raft group's version (or,
+// with one replica, the epoch it is served under here).
+type visit struct {
+	rev      int64
+	topology uint64
+	version  uint64
+	at       time.Time
+}
+
+// settled reports whether partition id is as the last pass left it, with
+// nothing to do: the same record, topology and group (quiesced, or not
+// led here), visited within revisitAfter. Thousands of idle partitions
+// then cost a reconcile pass next to nothing. Reconcile goroutine only.
+func (n *Node) settled(id queue.PartitionID, rec Ownership, rf int) bool {
+	v := visit{rev: rec.rev, topology: n.topology.Load(), at: time.Now()}
+	quiet := true
+	if rf > 1 && n.raft != nil {
+		r := n.raft.replica(groupName(id))
+		if r == nil {
+			quiet = false
+		} else {
+			v.version = r.g.Version()
+			quiet = r.g.Quiesced() || !r.g.IsLeader()
+		}
+	} else if epoch, owned := n.m.Owned(id); owned {
+		v.version = epoch
+	}
+	last, seen := n.visited[id]
+	n.visited[id] = v
+	if !seen || !quiet || last.rev != v.rev || last.topology != v.topology || last.version != v.version || v.at.Sub(last.at) >= revisitAfter {
+		return false
+	}
+	n.visited[id] = last // still counting from the last visit
+	return true
 }
 
 // liveNode reports whether node is a member now.

@@ -73,6 +73,8 @@ type raftHost struct {
 	replicas map[string]*replica
 	partLogs map[queue.PartitionID]*raftLog
 	senders  map[string]*raftSender
+	// ackPolicies: what setAckPolicy set last, by queue.
+	ackPolicies map[string]ackPolicyKey
 
 	nextID atomic.Uint64
 	// token names this run of the node in the entries it proposes, so
@@ -83,7 +85,7 @@ type raftHost struct {
 }
 
 func newRaftHost(n *Node, store RaftStore) *raftHost {
-	h := &raftHost{n: n, store: store, replicas: map[string]*replica{}, partLogs: map[queue.PartitionID]*raftLog{},
+	h := &raftHost{n: n, store: store, replicas: map[string]*replica{}, partLogs: map[queue.PartitionID]*raftLog{}, ackPolicies: map[string]ackPolicyKey{},
 		senders: map[string]*raftSender{}, token: uint64(time.Now().UnixNano()) ^ multiraft.ID(n.opts.NodeID)}
 	m := n.Metrics()
 	h.mr = multiraft.New(multiraft.Options{
@@ -563,6 +565,9 @@ func (h *raftHost) expire() {
 	lates := map[*replica][]*proposal{}
 	h.mu.Lock()
 	for _, r := range h.replicas {
+		if len(r.inflight) == 0 {
+			continue
+		}
 		for id, p := range r.inflight {
 			if now.Sub(p.at) > raftProposalTimeout {
 				lates[r] = append(lates[r], p)
@@ -595,6 +600,11 @@ func (p *proposal) finish(err error) {
 func (h *raftHost) setAckPolicy(name string, partitions int, ap queue.AckPolicy) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	key := ackPolicyKey{partitions, ap}
+	if h.ackPolicies[name] == key {
+		return // as set last time, on every partition built since
+	}
+	h.ackPolicies[name] = key
 	for p := 0; p < partitions; p++ {
 		for _, q := range []string{name, queue.DLQName(name)} {
 			if l := h.partLogs[queue.PartitionID{Queue: q, Partition: p}]; l != nil {
@@ -602,6 +612,12 @@ func (h *raftHost) setAckPolicy(name string, partitions int, ap queue.AckPolicy)
 			}
 		}
 	}
+}
+
+// ackPolicyKey is what setAckPolicy last set for a queue.
+type ackPolicyKey struct {
+	partitions int
+	policy     queue.AckPolicy
 }
 
 // partLog returns the raft log of partition id, if the queue is built.

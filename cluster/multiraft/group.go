@@ -57,6 +57,9 @@ type Group struct {
 	wanted, onList atomic.Bool
 	// quiesced: the group stopped ticking (quiesce.go).
 	quiesced atomic.Bool
+	// version counts the changes of what the group's owner may act on:
+	// leadership, catch-up, replicas, quiescing.
+	version atomic.Uint64
 	// caughtUp: leader, and every entry committed before its term is
 	// stored by the state machine.
 	caughtUp atomic.Bool
@@ -69,6 +72,11 @@ type Group struct {
 	leaderTerm  atomic.Uint64
 	leaderSince atomic.Int64
 }
+
+// Version returns a number that changes whenever the group's leadership,
+// catch-up, replicas or quiescing does: a caller that saw the same
+// number last time has nothing new to act on.
+func (g *Group) Version() uint64 { return g.version.Load() }
 
 // Name returns the group's name.
 func (g *Group) Name() string { return g.name }
@@ -426,7 +434,7 @@ func (h *Host) applyChange(g *Group, e *rpb.Entry) bool {
 	if !slices.Equal(before, g.Replicas()) || !slices.Equal(beforeLearners, g.Learners()) {
 		h.log.Info("replicas changed", "group", g.name, "replicas", g.Replicas(), "learners", g.Learners())
 	}
-	h.changed()
+	h.changedGroup(g)
 	return false
 }
 
@@ -455,7 +463,7 @@ func (h *Host) drop(g *Group, why string) {
 		h.log.Warn("dropping a raft group", "group", g.name, "err", err)
 	}
 	h.log.Info("raft group closed here", "group", g.name, "why", why)
-	h.changed()
+	h.changedGroup(g)
 }
 
 // Close ends the group here and drops its log: the cluster's records say

@@ -278,6 +278,12 @@ func (h *Host) woke(g *Group) {
 	h.Poke()
 }
 
+// changedGroup tells of a change of g (Group.Version).
+func (h *Host) changedGroup(g *Group) {
+	g.version.Add(1)
+	h.changed()
+}
+
 func (h *Host) changed() {
 	if f := h.o.Observer.Changed; f != nil {
 		f()
@@ -690,7 +696,7 @@ func (h *Host) softState(g *Group, ss *raft.SoftState) {
 	if f := h.o.Observer.LeaderChanged; f != nil {
 		f(g.name, leader)
 	}
-	h.changed()
+	h.changedGroup(g)
 }
 
 // updateCaughtUp records whether this leader stores every committed entry.
@@ -705,7 +711,7 @@ func (h *Host) updateCaughtUp(g *Group) {
 	term, err := g.ms.Term(commit)
 	if err == nil && term == st.GetTerm() && g.sm.Stored() >= commit {
 		g.caughtUp.Store(true)
-		h.changed()
+		h.changedGroup(g)
 	}
 }
 

@@ -48,6 +48,7 @@ func (h *Host) awaken(g *Group) {
 	g.idle = 0
 	if g.quiesced.Swap(false) {
 		h.setQuiesced(-1)
+		g.version.Add(1)
 	}
 	if !g.removed {
 		h.awake[g] = true
@@ -59,6 +60,7 @@ func (h *Host) quiesce(g *Group) {
 	delete(h.awake, g)
 	if !g.quiesced.Swap(true) {
 		h.setQuiesced(1)
+		g.version.Add(1)
 	}
 }
 

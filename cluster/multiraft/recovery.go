@@ -81,6 +81,7 @@ func (h *Host) checkRecovered(g *Group) {
 		return
 	}
 	g.recovering.Store(false)
+	g.version.Add(1)
 	if f := h.o.Observer.Recovering; f != nil {
 		f(-1)
 	}
