@@ -138,6 +138,7 @@ type Node struct {
 	// saw of each partition last (reconcile goroutine, settled).
 	topology atomic.Uint64
 	visited  map[queue.PartitionID]visit
+	active   map[queue.PartitionID]bool
 	// moveBudget: the partition moves this node may still start in the
 	// reconcile pass under way (reconcile goroutine).
 	moveBudget int
@@ -193,7 +194,7 @@ func New(o Options) (*Node, error) {
 	}
 	n := &Node{opts: o, log: o.Logger.With("component", "cluster"), keys: keys{o.Prefix},
 		peers: map[string]*peer{}, moving: map[queue.PartitionID]bool{}, subs: map[*remoteSub]struct{}{}, watched: map[*queue.Credit]bool{}, gone: map[string]time.Time{},
-		visited: map[queue.PartitionID]visit{},
+		visited: map[queue.PartitionID]visit{}, active: map[queue.PartitionID]bool{},
 		changed: make(chan struct{}, 1), notify: make(chan struct{}), view: newView(),
 		origins: newOrigins(), run: rand.Uint64()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())

@@ -88,31 +88,49 @@ func (n *Node) reconcileLoop() {
 	defer n.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var lastFull time.Time
 	for {
+		full := true
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-n.changed:
 		case <-t.C:
+			// Each second the partitions with something under way; all of
+			// them after a change, and every revisitAfter.
+			full = time.Since(lastFull) >= revisitAfter
+		}
+		if full {
+			lastFull = time.Now()
 		}
 		n.checkPeers()
 		n.countMoves()
-		n.reconcile()
+		n.reconcile(full)
 	}
 }
 
-// reconcile brings the partitions this node serves in line with the view.
-func (n *Node) reconcile() {
+// reconcile brings the partitions this node serves in line with the view:
+// every one (full), or those a pass left unsettled.
+func (n *Node) reconcile(full bool) {
 	if !n.member.Load() || n.guard.check() != nil {
 		return
 	}
 	n.mu.Lock()
-	self, session := n.opts.NodeID, int64(n.session)
 	queues := make(map[string]QueueInfo, len(n.view.queues))
 	for name, qi := range n.view.queues {
 		queues[name] = qi
 	}
 	n.mu.Unlock()
+	if !full {
+		for id := range n.active {
+			if qi, ok := queues[id.Queue]; ok && id.Partition < qi.Partitions && n.ctx.Err() == nil {
+				n.reconcilePartition(id, n.allowed(id.Queue), n.replicationFactor(id.Queue))
+			} else {
+				delete(n.active, id)
+			}
+		}
+		return
+	}
 	for name, qi := range queues {
 		if n.ctx.Err() != nil {
 			return
@@ -133,58 +151,63 @@ func (n *Node) reconcile() {
 			n.raft.setAckPolicy(name, qi.Partitions, n.ackPolicy(name))
 		}
 		for p := 0; p < qi.Partitions; p++ {
-			id := queue.PartitionID{Queue: name, Partition: p}
-			n.mu.Lock()
-			rec, has := n.view.owners[id]
-			moving := n.moving[id]
-			n.mu.Unlock()
-			if moving || n.settled(id, rec, rf) {
-				continue
-			}
-			n.mu.Lock()
-			target := n.view.winner(id, allowed, self)
-			n.mu.Unlock()
-			if rf > 1 {
-				n.reconcileReplicated(id, rec, has, target, allowed, rf)
-				continue
-			}
-			switch {
-			case !has:
-				if target == self {
-					if o, ok, err := n.claim(n.ctx, id, nil, self, session); err != nil {
-						n.log.Warn("claiming a partition", "partition", id.String(), "err", err)
-					} else if ok {
-						n.acquire(id, o.Epoch)
-					}
-				}
-			case rec.Owner == self:
-				if rec.Session != session {
-					// Claimed by an earlier run or lease of this node: the
-					// writes made under it must be refused from now on.
-					o, ok, err := n.claim(n.ctx, id, &rec, self, session)
-					if err != nil {
-						n.log.Warn("claiming a partition again", "partition", id.String(), "err", err)
-						continue
-					}
-					if !ok {
-						continue
-					}
-					rec = o
-				}
-				if epoch, owned := n.m.Owned(id); !owned || epoch != rec.Epoch {
-					n.acquire(id, rec.Epoch)
-				}
-				if target != "" && target != self && n.liveNode(target) {
-					n.startHandover(id, rec, target)
-				}
-			default:
-				n.dropIfServed(id, rec)
-			}
+			n.reconcilePartition(queue.PartitionID{Queue: name, Partition: p}, allowed, rf)
 		}
 	}
 	if n.raft != nil {
 		// Every group of this node is open now.
 		n.raft.mr.RecoveredAll()
+	}
+}
+
+// reconcilePartition brings partition id in line with the view.
+func (n *Node) reconcilePartition(id queue.PartitionID, allowed []string, rf int) {
+	n.mu.Lock()
+	self, session := n.opts.NodeID, int64(n.session)
+	rec, has := n.view.owners[id]
+	moving := n.moving[id]
+	n.mu.Unlock()
+	if moving || n.settled(id, rec, rf) {
+		return
+	}
+	n.mu.Lock()
+	target := n.view.winner(id, allowed, self)
+	n.mu.Unlock()
+	if rf > 1 {
+		n.reconcileReplicated(id, rec, has, target, allowed, rf)
+		return
+	}
+	switch {
+	case !has:
+		if target == self {
+			if o, ok, err := n.claim(n.ctx, id, nil, self, session); err != nil {
+				n.log.Warn("claiming a partition", "partition", id.String(), "err", err)
+			} else if ok {
+				n.acquire(id, o.Epoch)
+			}
+		}
+	case rec.Owner == self:
+		if rec.Session != session {
+			// Claimed by an earlier run or lease of this node: the
+			// writes made under it must be refused from now on.
+			o, ok, err := n.claim(n.ctx, id, &rec, self, session)
+			if err != nil {
+				n.log.Warn("claiming a partition again", "partition", id.String(), "err", err)
+				return
+			}
+			if !ok {
+				return
+			}
+			rec = o
+		}
+		if epoch, owned := n.m.Owned(id); !owned || epoch != rec.Epoch {
+			n.acquire(id, rec.Epoch)
+		}
+		if target != "" && target != self && n.liveNode(target) {
+			n.startHandover(id, rec, target)
+		}
+	default:
+		n.dropIfServed(id, rec)
 	}
 }
 
@@ -207,7 +230,8 @@ type visit struct {
 // settled reports whether partition id is as the last pass left it, with
 // nothing to do: the same record, topology and group (quiesced, or not
 // led here), visited within revisitAfter. Thousands of idle partitions
-// then cost a reconcile pass next to nothing. Reconcile goroutine only.
+// then cost a reconcile pass next to nothing. A partition not settled is
+// active: the passes of every second visit it. Reconcile goroutine only.
 func (n *Node) settled(id queue.PartitionID, rec Ownership, rf int) bool {
 	v := visit{rev: rec.rev, topology: n.topology.Load(), at: time.Now()}
 	quiet := true
@@ -225,9 +249,11 @@ func (n *Node) settled(id queue.PartitionID, rec Ownership, rf int) bool {
 	last, seen := n.visited[id]
 	n.visited[id] = v
 	if !seen || !quiet || last.rev != v.rev || last.topology != v.topology || last.version != v.version || v.at.Sub(last.at) >= revisitAfter {
+		n.active[id] = true
 		return false
 	}
 	n.visited[id] = last // still counting from the last visit
+	delete(n.active, id)
 	return true
 }
 

@@ -119,7 +119,8 @@ func newRaftHost(n *Node, store RaftStore) *raftHost {
 func (h *raftHost) run(ctx context.Context) {
 	stop := make(chan struct{})
 	go func() {
-		t := time.NewTicker(raftTick)
+		// raftProposalTimeout is 10 s: expired within a second of it.
+		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
 			select {

@@ -228,6 +228,7 @@ func (g *Group) setConf(cs *rpb.ConfState) {
 	voters, learners := names(cs.GetVoters()), names(cs.GetLearners())
 	g.h.mu.Lock()
 	g.replicas, g.learners = voters, learners
+	g.h.peersChanged = true
 	g.h.mu.Unlock()
 }
 

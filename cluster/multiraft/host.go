@@ -208,6 +208,9 @@ type Host struct {
 	heard    map[uint64]time.Time
 	pinged   map[uint64]string
 	peersAt  time.Time
+	// peersChanged: a group opened or changed replicas since the nodes
+	// pinged were listed (guarded by mu).
+	peersChanged bool
 	silent   map[uint64]bool
 	// run names this run of the host in its pings; peerRun the run of
 	// each peer's last ping (driver goroutine).
@@ -431,6 +434,7 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		return existing, nil
 	}
 	h.groups[name] = g
+	h.peersChanged = true
 	h.mu.Unlock()
 	if recovering {
 		if f := h.o.Observer.Recovering; f != nil {

@@ -352,7 +352,16 @@ func (s *toy) Propose() {
 func (s *toy) LeaderChanged(leader bool) {
 	s.mu.Lock()
 	s.leader = leader
+	var waiting map[string]chan error
+	if !leader {
+		// What it proposed may never commit: the caller asks the next
+		// leader, as the cluster's replica does.
+		waiting, s.waiting = s.waiting, nil
+	}
 	s.mu.Unlock()
+	for _, done := range waiting {
+		done <- multiraft.ErrNotLeader
+	}
 }
 
 func (s *toy) Persisted()   {}

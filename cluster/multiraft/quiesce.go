@@ -186,7 +186,11 @@ func (h *Host) stepQuiesced(g *Group, m *rpb.Message) bool {
 // node has been silent for an election timeout (driver goroutine, each
 // tick).
 func (h *Host) ping(now time.Time) {
-	if now.Sub(h.peersAt) > time.Second {
+	h.mu.Lock()
+	changed := h.peersChanged
+	h.peersChanged = false
+	h.mu.Unlock()
+	if changed || now.Sub(h.peersAt) > 10*time.Second {
 		h.peersAt = now
 		seen := map[uint64]string{}
 		for _, g := range h.all() {
