@@ -104,7 +104,7 @@ func (n *Node) reconcileLoop() {
 			lastFull = time.Now()
 		}
 		n.checkPeers()
-		n.countMoves()
+		n.moveBudget = unCounted // counted once a pass needs it
 		n.reconcile(full)
 	}
 }
@@ -225,6 +225,7 @@ type visit struct {
 	topology uint64
 	version  uint64
 	at       time.Time
+	rep      *replica // the partition's replica here, when it has one
 }
 
 // settled reports whether partition id is as the last pass left it, with
@@ -233,10 +234,15 @@ type visit struct {
 // then cost a reconcile pass next to nothing. A partition not settled is
 // active: the passes of every second visit it. Reconcile goroutine only.
 func (n *Node) settled(id queue.PartitionID, rec Ownership, rf int) bool {
+	last, seen := n.visited[id]
 	v := visit{rev: rec.rev, topology: n.topology.Load(), at: time.Now()}
 	quiet := true
 	if rf > 1 && n.raft != nil {
-		r := n.raft.replica(groupName(id))
+		r := last.rep
+		if r == nil || !r.isOpen() {
+			r = n.raft.replica(groupName(id))
+		}
+		v.rep = r
 		if r == nil {
 			quiet = false
 		} else {
@@ -246,7 +252,6 @@ func (n *Node) settled(id queue.PartitionID, rec Ownership, rf int) bool {
 	} else if epoch, owned := n.m.Owned(id); owned {
 		v.version = epoch
 	}
-	last, seen := n.visited[id]
 	n.visited[id] = v
 	if !seen || !quiet || last.rev != v.rev || last.topology != v.topology || last.version != v.version || v.at.Sub(last.at) >= revisitAfter {
 		n.active[id] = true
@@ -684,12 +689,18 @@ func quorumWithout(voters, in []string, x string) bool {
 
 // takeMove takes one of this pass's moves (reconcile goroutine).
 func (n *Node) takeMove() bool {
+	if n.moveBudget == unCounted {
+		n.countMoves()
+	}
 	if n.moveBudget <= 0 {
 		return false
 	}
 	n.moveBudget--
 	return true
 }
+
+// unCounted is moveBudget before the pass first needs it.
+const unCounted = -1 << 31
 
 // countMoves sets the moves this node may start in a reconcile pass: the
 // cluster's MaxMoves less those under way in the groups it leads, which

@@ -238,6 +238,13 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*replic
 	return r, nil
 }
 
+// isOpen reports whether the replica's group is open here.
+func (r *replica) isOpen() bool {
+	r.h.mu.Lock()
+	defer r.h.mu.Unlock()
+	return r.open
+}
+
 // Bind records the replica's group (multiraft, before the group runs).
 func (r *replica) Bind(g *multiraft.Group) { r.g = g }
 
@@ -324,6 +331,7 @@ func (r *replica) Removed() {
 	if h.replicas[groupName(r.id)] == r {
 		delete(h.replicas, groupName(r.id))
 	}
+	r.open = false
 	h.mu.Unlock()
 	r.failAll(notLeader(r))
 	h.n.poke()

@@ -31,6 +31,8 @@ type Group struct {
 	// here (quiesce.go).
 	idle    int
 	removed bool
+	// quietSynced: quiesced, and its applied index recorded since.
+	quietSynced bool
 	// hsTerm and hsVote are the term and vote last written to the log.
 	hsTerm, hsVote uint64
 	synced         uint64 // applied index last recorded

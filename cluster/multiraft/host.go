@@ -805,17 +805,24 @@ func (h *Host) checkpoint(ctx context.Context) {
 	if h.checkpointing {
 		return
 	}
-	gs := h.all()
-	if len(gs) == 0 {
-		return
-	}
-	stored := make([]uint64, len(gs))
+	var gs []*Group
+	var stored []uint64
 	var ws []Write
-	for i, g := range gs {
-		stored[i] = g.sm.Stored()
-		if stored[i] > g.synced {
-			ws = append(ws, Write{Group: g.name, Applied: stored[i]})
+	for _, g := range h.all() {
+		if g.quiesced.Load() && g.quietSynced {
+			continue // nothing stored since its last checkpoint
 		}
+		s := g.sm.Stored()
+		gs, stored = append(gs, g), append(stored, s)
+		if s > g.synced {
+			ws = append(ws, Write{Group: g.name, Applied: s})
+		}
+	}
+	if len(ws) == 0 {
+		for i, g := range gs {
+			g.quietSynced = g.quiesced.Load() && g.synced >= stored[i]
+		}
+		return
 	}
 	// The syncs run beside the driver: a sync of the state machines'
 	// storage takes milliseconds, and the driver's commits wait for
@@ -850,6 +857,7 @@ func (h *Host) checkpointed(c checkpointDone) {
 	for i, g := range c.gs {
 		g.synced = max(g.synced, c.stored[i])
 		h.compact(g)
+		g.quietSynced = g.quiesced.Load() && g.synced >= c.stored[i]
 	}
 }
 

@@ -45,7 +45,7 @@ func (g *Group) Quiesced() bool { return g.quiesced.Load() }
 
 // awaken makes a quiesced group tick again (driver goroutine).
 func (h *Host) awaken(g *Group) {
-	g.idle = 0
+	g.idle, g.quietSynced = 0, false
 	if g.quiesced.Swap(false) {
 		h.setQuiesced(-1)
 		g.version.Add(1)
