@@ -738,7 +738,7 @@ cluster:
 			{Queues: "orders-*", Nodes: []string{"node-a", "node-b"}},
 			{Queues: "*", Nodes: []string{"node-c"}},
 		},
-		LeaseTTL: 10 * time.Second, RaftLogKeep: 5000, ReplaceAfter: time.Minute,
+		LeaseTTL: 10 * time.Second, RaftLogKeep: 5000, ReplaceAfter: time.Minute, MaxMoves: 2,
 	}
 	if !reflect.DeepEqual(c.Cluster, want) {
 		t.Errorf("cluster =\n%+v\nwant\n%+v", c.Cluster, want)
@@ -846,6 +846,9 @@ func TestConfigClusterErrors(t *testing.T) {
 		{name: "lease too long",
 			file: etcd + "  lease_ttl: 61s\n",
 			want: []string{"shardq.yaml:4: cluster.lease_ttl: must be from 1s to 1m0s, got 1m1s"}},
+		{name: "no moves",
+			file: etcd + "  max_moves: 0\n",
+			want: []string{"shardq.yaml:4: cluster.max_moves: must be from 1 to 1000, got 0"}},
 		{name: "lease not a duration",
 			file: etcd + "  lease_ttl: 5\n",
 			want: []string{"shardq.yaml:4: cluster.lease_ttl: must be a duration"}},
@@ -878,7 +881,7 @@ func TestConfigClusterErrors(t *testing.T) {
 			want: []string{"cluster.etcd.ca: " + client.KeyFile + " holds no PEM certificate"}},
 		{name: "unknown cluster key",
 			file: etcd + "  peers: [a]\n",
-			want: []string{"shardq.yaml:4: cluster.peers: unknown setting (known here: etcd, tls, addr, advertise, token, allow_insecure, placement, lease_ttl, raft_log_keep, replace_after)"}},
+			want: []string{"shardq.yaml:4: cluster.peers: unknown setting (known here: etcd, tls, addr, advertise, token, allow_insecure, placement, lease_ttl, raft_log_keep, replace_after, max_moves)"}},
 		{name: "unknown etcd key",
 			file: etcd + "    endpoint: http://a:2379\n",
 			want: []string{"shardq.yaml:4: cluster.etcd.endpoint: unknown setting"}},

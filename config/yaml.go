@@ -127,6 +127,7 @@ func (d *decoder) top() []field {
 			{"lease_ttl", d.leaf(&c.Cluster.LeaseTTL)},
 			{"raft_log_keep", d.leaf(&c.Cluster.RaftLogKeep)},
 			{"replace_after", d.leaf(&c.Cluster.ReplaceAfter)},
+			{"max_moves", d.leaf(&c.Cluster.MaxMoves)},
 		})},
 	}
 }

@@ -67,7 +67,7 @@ func appendMessage(dst []byte, m *queue.Message) []byte {
 	dst = appendString(dst, m.Key)
 	dst = appendString(dst, m.Subject)
 	dst = binary.AppendVarint(dst, unixMillis(m.EnqueuedAt))
-	dst = binary.AppendVarint(dst, unixMillis(m.NotBefore))
+	dst = binary.AppendVarint(dst, ceilMillis(m.NotBefore))
 	dst = binary.AppendVarint(dst, unixMillis(m.ExpiresAt))
 	dst = appendString(dst, h.ContentType)
 	dst = appendString(dst, h.ResponseTopic)
@@ -107,6 +107,16 @@ func unixMillis(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMilli()
+}
+
+// ceilMillis is unixMillis rounded up: a time a message may not be
+// delivered before must not come back earlier than it was.
+func ceilMillis(t time.Time) int64 {
+	ms := unixMillis(t)
+	if ms != 0 && time.UnixMilli(ms).Before(t) {
+		ms++
+	}
+	return ms
 }
 
 // fromMillis is the inverse of unixMillis, in UTC. The first millisecond
