@@ -211,7 +211,7 @@ type Host struct {
 	// peersChanged: a group opened or changed replicas since the nodes
 	// pinged were listed (guarded by mu).
 	peersChanged bool
-	silent   map[uint64]bool
+	silent       map[uint64]bool
 	// run names this run of the host in its pings; peerRun the run of
 	// each peer's last ping (driver goroutine).
 	run     []byte
