@@ -23,12 +23,12 @@ import (
 //
 // It reports how long after the last creating publish every replica was
 // in sync (every group quiesced on the three nodes), the three nodes' CPU
-// use together as a percentage of one core, for 100 queues (800
-// partitions), 500 (4,000) and 1,000 (8,000), and the publishes' p50 and
-// p99.
+// use together as a percentage of one core, and the publishes' p50 and
+// p99, for 1 queue (the nodes' own cost), 100 queues (800 partitions),
+// 500 (4,000) and 1,000 (8,000).
 // SHARDQ_IDLE_PROFILE=FILE writes a CPU profile of one node meanwhile.
 func BenchmarkIdleGroups(b *testing.B) {
-	for _, queues := range []int{100, 500, 1000} {
+	for _, queues := range []int{1, 100, 500, 1000} {
 		b.Run(fmt.Sprintf("queues=%d", queues), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				idleGroups(b, queues)
@@ -103,7 +103,11 @@ func idleGroups(b *testing.B, queues int) {
 	// A publish to an idle partition wakes its group: its PUBACK, through
 	// the node the client is on (the partition's leader or not).
 	var lat []time.Duration
-	for i := range 1000 {
+	publishes := 1000
+	if queues < 100 {
+		publishes = 10 * queues // each round of them waits a second
+	}
+	for i := range publishes {
 		t0 := time.Now()
 		if code, err := cl.publish(fmt.Sprintf("$queue/idle%d", (i*7919)%queues), fmt.Sprintf("w%d", i), []byte("x")); err != nil || code != 0 {
 			b.Fatalf("publish to an idle queue: %#x %v", code, err)
