@@ -381,8 +381,13 @@ func (n *Node) handOverFromEtcd(since int64, why error) {
 		n.releasePartition(r.id) // before a transfer elects the next leader at once
 		r.g.RequestTransfer(to)
 	}
-	// Leaderships this node takes meanwhile go the same way.
-	n.raft.mr.TransferAll(to)
+	if handed > 0 {
+		// Cut off from etcd alone: leaderships this node takes meanwhile
+		// go the same way. Not when no replica reached etcd (etcd is down
+		// for all): the first node to renew once it is back would be
+		// handed every leadership of the others at once.
+		n.raft.mr.TransferAll(to)
+	}
 	n.log.Warn("cannot renew the cluster lease: the leadership of replicated partitions goes to replicas that reach etcd",
 		"handed", handed, "kept_no_replica_reaches_etcd", kept, "err", why)
 }
