@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
@@ -45,11 +44,6 @@ type remoteSub struct {
 // consumeStream is the stream of a consumer here to one node.
 type consumeStream struct {
 	cancel context.CancelFunc
-	// up: the stream is open. An open stream is kept while etcd's view
-	// loses its node: its leases live on the owner as long as the stream
-	// does, and a membership that lapsed and came back (etcd paused, a
-	// lease renewed late) must not end them. A broken link ends it.
-	up atomic.Bool
 	// grants are window credits to send up the stream; wake tells its
 	// sender.
 	grants int32
@@ -154,7 +148,7 @@ func (rs *remoteSub) refresh() {
 		}
 	}
 	for id, cs := range rs.streams {
-		if !seen[id] && !cs.up.Load() {
+		if !seen[id] {
 			cs.cancel()
 			delete(rs.streams, id)
 			delete(rs.owed, id)
@@ -186,14 +180,6 @@ func (rs *remoteSub) run(ctx context.Context, node string, cs *consumeStream) {
 		rs.mu.Lock()
 		delete(rs.owed, node)
 		cs.grants = 0
-		if !rs.n.liveNode(node) && rs.streams[node] == cs {
-			// Ended, its node no longer a member: opened again if it
-			// comes back (refresh).
-			cs.cancel()
-			delete(rs.streams, node)
-			rs.mu.Unlock()
-			return
-		}
 		rs.mu.Unlock()
 		if ctx.Err() != nil {
 			return
@@ -227,8 +213,6 @@ func (rs *remoteSub) stream(ctx context.Context, node string, cs *consumeStream)
 		Credit: rs.window(), Node: rs.n.opts.NodeID}}); err != nil {
 		return err
 	}
-	cs.up.Store(true)
-	defer cs.up.Store(false)
 	go rs.sendGrants(ctx, s, cs)
 	for {
 		down, err := s.Recv()

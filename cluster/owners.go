@@ -510,11 +510,6 @@ func (n *Node) balanceLeader(id queue.PartitionID, r *replica, allowed []string)
 	if time.Since(r.g.LeaderSince()) < leaderSettle || monoNow()-r.handedAt.Load() < int64(leaderSettle) {
 		return
 	}
-	if !n.etcdOK() {
-		// The next leader records itself in etcd before it serves: with
-		// etcd out of reach the partition would wait for it.
-		return
-	}
 	cur := r.g.Replicas()
 	in, ok := r.g.InSync()
 	if !ok {
