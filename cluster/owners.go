@@ -129,6 +129,11 @@ func (n *Node) reconcile(full bool) {
 				delete(n.active, id)
 			}
 		}
+		if n.raft != nil && n.opened {
+			// A log recovering since its node started is done once each of
+			// its groups has its entries back (cheap when it is not).
+			n.raft.mr.RecoveredAll()
+		}
 		return
 	}
 	for name, qi := range queues {
@@ -156,6 +161,7 @@ func (n *Node) reconcile(full bool) {
 	}
 	if n.raft != nil {
 		// Every group of this node is open now.
+		n.opened = true
 		n.raft.mr.RecoveredAll()
 	}
 }

@@ -329,9 +329,10 @@ func TestClusterCommandsOneNodeCluster(t *testing.T) {
 		}
 		must(t, append([]string{"cluster", "placement", "set", file}, flags...)...)
 		fromFile := broker.PlacementView{Rules: []broker.PlacementRuleView{{Queues: "orders-*", Nodes: []string{"node-cli"}}}}
-		if got := jsonOf[broker.PlacementView](t, must(t, append([]string{"cluster", "placement", "--json"}, flags...)...)); fmt.Sprint(got) != fmt.Sprint(fromFile) {
-			t.Errorf("placement from %s: %+v, want %+v", file, got, fromFile)
-		}
+		waitUntil(t, func() bool {
+			got := jsonOf[broker.PlacementView](t, must(t, append([]string{"cluster", "placement", "--json"}, flags...)...))
+			return fmt.Sprint(got) == fmt.Sprint(fromFile)
+		})
 		if err := os.WriteFile(file, []byte("- queues: x\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
