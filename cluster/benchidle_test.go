@@ -58,7 +58,7 @@ func idleGroups(b *testing.B, queues int) {
 	for {
 		quiet := 0.0
 		for _, id := range ids {
-			quiet += c.nodes[id].metricQuiet("shardq_cluster_raft_quiesced_groups")
+			quiet += c.nodes[id].metric(b, "shardq_cluster_raft_quiesced_groups")
 		}
 		if int(quiet) >= 3*partitions {
 			break
@@ -121,26 +121,6 @@ func idleGroups(b *testing.B, queues int) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "idle-publish-p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "idle-publish-p99-ms")
-}
-
-// metricQuiet is metric without a test's failure when the node does not
-// answer: -1.
-func (n *node) metricQuiet(name string) float64 {
-	resp, err := http.Get("http://" + n.http + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	sum := 0.0
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			sum += v
-		}
-	}
-	return sum
 }
 
 // processRSS reads the resident memory of process pid, in bytes.

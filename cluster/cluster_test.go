@@ -328,7 +328,7 @@ func TestJoinMovesOnlyItsShare(t *testing.T) {
 }
 
 // metric returns the sum of a metric's series on the node's /metrics.
-func (n *node) metric(t *testing.T, name string) float64 {
+func (n *node) metric(t testing.TB, name string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + n.http + "/metrics")
 	if err != nil {
