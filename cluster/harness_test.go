@@ -33,14 +33,31 @@ func shardqBinary(t testing.TB) string {
 	return testbin.Shardq(t, raceBuild)
 }
 
+// given are the addresses freeAddr handed out: the kernel may offer a
+// port again once its listener closed, and two flags of one node got the
+// same one.
+var (
+	givenMu sync.Mutex
+	given   = map[string]bool{}
+)
+
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		givenMu.Lock()
+		fresh := !given[addr]
+		given[addr] = true
+		givenMu.Unlock()
+		if fresh {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // current is the cluster of the running test.
