@@ -39,10 +39,10 @@ import (
 //	GET    /api/v1/cluster                           the nodes and each partition's owner (clusterapi.go)
 //
 // In a cluster, the reads of queues (the list, a queue, a peek) gather
-// every node's figures (clusterapi.go) and a declare goes to the cluster's
-// catalog; the other changes (delete, purge, group delete, replay) act on
-// one node's partitions and are refused with 501 until they act on the
-// cluster's.
+// every node's figures (clusterapi.go), a declare goes to the cluster's
+// catalog, and purge, group delete and replay act on every node's
+// partitions (clusterchange.go); a queue delete acts on one node's
+// partitions and is refused with 501 until it acts on the cluster's.
 
 // Peek limits.
 const (
@@ -68,13 +68,13 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		{"/api/v1/queues", map[string]http.HandlerFunc{"GET": a.listQueues}},
 		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare), "DELETE": a.mutating(a.single(a.deleteQueue))}},
 		{"/api/v1/queues/{queue}/messages", map[string]http.HandlerFunc{"GET": a.peek(false)}},
-		{"/api/v1/queues/{queue}/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.single(a.purge(false)))}},
-		{"/api/v1/queues/{queue}/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.single(a.deleteGroup(false)))}},
+		{"/api/v1/queues/{queue}/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(false))}},
+		{"/api/v1/queues/{queue}/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(false))}},
 		{"/api/v1/queues/{queue}/dlq", map[string]http.HandlerFunc{"GET": a.showQueue(true)}},
 		{"/api/v1/queues/{queue}/dlq/messages", map[string]http.HandlerFunc{"GET": a.peek(true)}},
-		{"/api/v1/queues/{queue}/dlq/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.single(a.purge(true)))}},
-		{"/api/v1/queues/{queue}/dlq/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.single(a.deleteGroup(true)))}},
-		{"/api/v1/queues/{queue}/dlq/replay", map[string]http.HandlerFunc{"POST": a.mutating(a.single(a.replay))}},
+		{"/api/v1/queues/{queue}/dlq/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(true))}},
+		{"/api/v1/queues/{queue}/dlq/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(true))}},
+		{"/api/v1/queues/{queue}/dlq/replay", map[string]http.HandlerFunc{"POST": a.mutating(a.replay)}},
 		{"/api/v1/cluster", map[string]http.HandlerFunc{"GET": a.clusterStatus}},
 		{"/api/v1/cluster/nodes/{node}/drain", map[string]http.HandlerFunc{"POST": a.mutating(a.clustered(a.drain(true)))}},
 		{"/api/v1/cluster/nodes/{node}/undrain", map[string]http.HandlerFunc{"POST": a.mutating(a.clustered(a.drain(false)))}},
@@ -404,12 +404,27 @@ func (a *adminAPI) purge(dlq bool) http.HandlerFunc {
 			a.fail(w, r, http.StatusBadRequest, err)
 			return
 		}
-		n, err := q.Purge(r.Context())
+		res, err := q.Purge(r.Context())
 		if err != nil {
 			a.failErr(w, r, err)
 			return
 		}
-		a.reply(w, http.StatusOK, PurgeResult{Node: a.b.cfg.NodeID, Queue: q.Name(), Purged: n})
+		out := PurgeResult{Node: a.b.cfg.NodeID, Queue: q.Name(), Purged: res.Messages, Partitions: res.Partitions}
+		if a.gathering(r) {
+			others, refused, failed := spread[PurgeResult](a, r, nil, false)
+			for _, o := range others {
+				out.Purged += o.Purged
+				out.Partitions = append(out.Partitions, o.Partitions...)
+			}
+			slices.Sort(out.Partitions)
+			if missing := unreached(allPartitions(len(q.Info().Partitions)), out.Partitions); missing != nil {
+				err := a.unreachedError(q, missing, refused, failed)
+				a.logFailure(r, http.StatusServiceUnavailable, err)
+				a.reply(w, http.StatusServiceUnavailable, Error{Error: err.Error() + "; the partitions listed in purge were purged: purge again once every partition has an owner", Purge: &out})
+				return
+			}
+		}
+		a.reply(w, http.StatusOK, out)
 	}
 }
 
@@ -420,12 +435,104 @@ func (a *adminAPI) deleteGroup(dlq bool) http.HandlerFunc {
 			return
 		}
 		g := r.PathValue("group")
-		if err := q.DeleteGroup(r.Context(), g); err != nil {
-			a.failErr(w, r, err)
+		if a.checking(r) {
+			// Another node asks before it deletes.
+			if err := q.CheckDeleteGroup(g); err != nil && !errors.Is(err, queue.ErrNoSuchGroup) {
+				a.failErr(w, r, err)
+				return
+			}
+			a.reply(w, http.StatusOK, groupCheck{Partitions: a.servedOf(q), Found: q.CheckDeleteGroup(g) == nil})
 			return
 		}
-		a.reply(w, http.StatusOK, GroupDeleted{Node: a.b.cfg.NodeID, Queue: q.Name(), Group: g})
+		if !a.gathering(r) {
+			parts, err := q.DeleteGroup(r.Context(), g)
+			switch {
+			case errors.Is(err, queue.ErrNoSuchGroup) && r.Header.Get(localHeader) != "":
+				// Spread by another node: this one has nothing of the group.
+				a.reply(w, http.StatusOK, GroupDeleted{Node: a.b.cfg.NodeID, Queue: q.Name(), Group: g, Partitions: a.servedOf(q)})
+			case err != nil:
+				a.failErr(w, r, err)
+			default:
+				a.reply(w, http.StatusOK, GroupDeleted{Node: a.b.cfg.NodeID, Queue: q.Name(), Group: g, Partitions: parts})
+			}
+			return
+		}
+		a.deleteGroupEverywhere(w, r, q, g)
 	}
+}
+
+// groupCheck is a node's answer to the check before a group delete: the
+// partitions it serves, and whether it has the group.
+type groupCheck struct {
+	Partitions []int `json:"partitions"`
+	Found      bool  `json:"found"`
+}
+
+// deleteGroupEverywhere deletes group g of q on every node, once every
+// node has said it may: none has consumers of it connected, and between
+// them they serve every partition.
+func (a *adminAPI) deleteGroupEverywhere(w http.ResponseWriter, r *http.Request, q *queue.Queue, g string) {
+	check := groupCheck{Partitions: a.servedOf(q)}
+	err := q.CheckDeleteGroup(g)
+	if err != nil && !errors.Is(err, queue.ErrNoSuchGroup) {
+		a.failErr(w, r, err)
+		return
+	}
+	check.Found = err == nil
+	checks, refused, failed := spread[groupCheck](a, r, nil, true)
+	for _, rf := range refused {
+		if rf.status == http.StatusNotFound {
+			continue // the queue is not there yet: it serves none of it
+		}
+		a.fail(w, r, rf.status, fmt.Errorf("node %s: %s", rf.node, rf.err))
+		return
+	}
+	all := allPartitions(len(q.Info().Partitions))
+	for _, o := range checks {
+		check.Found = check.Found || o.Found
+		check.Partitions = append(check.Partitions, o.Partitions...)
+	}
+	if missing := unreached(all, check.Partitions); missing != nil {
+		err := a.unreachedError(q, missing, refused, failed)
+		a.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%w; nothing was deleted", err))
+		return
+	}
+	if !check.Found {
+		a.failErr(w, r, fmt.Errorf("%w: %q in queue %s", queue.ErrNoSuchGroup, g, q.Name()))
+		return
+	}
+	out := GroupDeleted{Node: a.b.cfg.NodeID, Queue: q.Name(), Group: g, Partitions: a.servedOf(q)}
+	parts, err := q.DeleteGroup(r.Context(), g)
+	switch {
+	case errors.Is(err, queue.ErrNoSuchGroup):
+	case err != nil:
+		a.failErr(w, r, err)
+		return
+	default:
+		out.Partitions = parts
+	}
+	others, refused, failed := spread[GroupDeleted](a, r, nil, false)
+	for _, o := range others {
+		out.Partitions = append(out.Partitions, o.Partitions...)
+	}
+	slices.Sort(out.Partitions)
+	if missing := unreached(all, out.Partitions); missing != nil {
+		err := a.unreachedError(q, missing, refused, failed)
+		a.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%w; the group was deleted from the other partitions: delete it again once every partition has an owner", err))
+		return
+	}
+	a.reply(w, http.StatusOK, out)
+}
+
+// servedOf returns the partitions of q this node serves.
+func (a *adminAPI) servedOf(q *queue.Queue) []int {
+	out := []int{}
+	for p := range len(q.Info().Partitions) {
+		if a.served(q, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (a *adminAPI) replay(w http.ResponseWriter, r *http.Request) {
@@ -445,6 +552,45 @@ func (a *adminAPI) replay(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if a.checking(r) {
+		served, err := q.CheckReplay(ids)
+		if err != nil {
+			a.failErr(w, r, err)
+			return
+		}
+		a.reply(w, http.StatusOK, ReplayResult{Node: a.b.cfg.NodeID, Queue: q.Name(), Messages: []ReplayedLetter{}, Partitions: served})
+		return
+	}
+	need := allPartitions(len(q.DLQ().Info().Partitions))
+	if a.gathering(r) && ids != nil {
+		// Every id is checked, by the node serving its partition, before
+		// any is replayed.
+		served, err := q.CheckReplay(ids)
+		if err != nil {
+			a.failErr(w, r, err)
+			return
+		}
+		others, refused, failed := spread[ReplayResult](a, r, req, true)
+		for _, rf := range refused {
+			a.fail(w, r, rf.status, fmt.Errorf("node %s: %s", rf.node, rf.err))
+			return
+		}
+		for _, o := range others {
+			served = append(served, o.Partitions...)
+		}
+		need = need[:0]
+		for _, id := range ids {
+			p, _, _ := queue.ParseMessageID(id)
+			if !slices.Contains(need, p) {
+				need = append(need, p)
+			}
+		}
+		if missing := unreached(need, served); missing != nil {
+			err := a.unreachedError(q.DLQ(), missing, refused, failed)
+			a.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%w; nothing was replayed", err))
+			return
+		}
+	}
 	// A replay copies dead letters into the queue: refused, like a
 	// publish, below storage.min_free_bytes.
 	if err := a.b.disk.admit(q.Name()); err != nil {
@@ -452,15 +598,29 @@ func (a *adminAPI) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	done, err := q.ReplayDLQ(r.Context(), ids)
-	res := ReplayResult{Node: a.b.cfg.NodeID, Queue: q.Name(), Replayed: len(done), Messages: []ReplayedLetter{}}
-	for _, d := range done {
+	res := ReplayResult{Node: a.b.cfg.NodeID, Queue: q.Name(), Messages: []ReplayedLetter{}, Partitions: done.Partitions}
+	for _, d := range done.Letters {
 		res.Messages = append(res.Messages, ReplayedLetter{DLQID: d.DLQID, ID: d.ID})
 	}
+	if err == nil && a.gathering(r) {
+		others, refused, failed := spread[ReplayResult](a, r, req, false)
+		for _, o := range others {
+			res.Messages = append(res.Messages, o.Messages...)
+			res.Partitions = append(res.Partitions, o.Partitions...)
+		}
+		slices.Sort(res.Partitions)
+		if missing := unreached(need, res.Partitions); missing != nil {
+			err = fmt.Errorf("%w; the dead letters listed in replay were replayed: replay again once every partition has an owner", a.unreachedError(q.DLQ(), missing, refused, failed))
+		} else if len(refused) > 0 {
+			err = fmt.Errorf("node %s: HTTP %d: %s", refused[0].node, refused[0].status, refused[0].err)
+		}
+	}
+	res.Replayed = len(res.Messages)
 	if err != nil {
 		status := statusOf(err)
 		a.logFailure(r, status, err)
 		doc := Error{Error: err.Error()}
-		if len(done) > 0 {
+		if len(res.Messages) > 0 {
 			doc.Replay = &res
 		}
 		a.reply(w, status, doc)
@@ -523,7 +683,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, queue.ErrPartitionsChanged), errors.Is(err, queue.ErrGroupActive):
 		return http.StatusConflict
-	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrStorageFull), errors.Is(err, queue.ErrClosed),
+	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrStorageFull), errors.Is(err, queue.ErrClosed), errors.Is(err, queue.ErrNotOwned),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable
 	default:

@@ -197,6 +197,8 @@ type PurgeResult struct {
 	Node   string `json:"node"`
 	Queue  string `json:"queue"`
 	Purged uint64 `json:"purged"`
+	// Partitions are the partitions purged (in a cluster, of every node).
+	Partitions []int `json:"partitions"`
 }
 
 // QueueDeleted is the answer to a queue deletion: the messages and dead
@@ -213,6 +215,9 @@ type GroupDeleted struct {
 	Node  string `json:"node"`
 	Queue string `json:"queue"`
 	Group string `json:"group"`
+	// Partitions are the partitions the group was removed from (in a
+	// cluster, of every node).
+	Partitions []int `json:"partitions"`
 }
 
 // ReplayRequest is the body of POST .../dlq/replay. Without IDs every dead
@@ -228,6 +233,9 @@ type ReplayResult struct {
 	Queue    string           `json:"queue"`
 	Replayed int              `json:"replayed"`
 	Messages []ReplayedLetter `json:"messages"`
+	// Partitions are the dead-letter partitions replayed from (in a
+	// cluster, of every node).
+	Partitions []int `json:"partitions"`
 }
 
 // ReplayedLetter names a dead letter replayed: its msg-id in the
@@ -242,4 +250,6 @@ type Error struct {
 	Error string `json:"error"`
 	// Replay holds what a failed replay did before it failed.
 	Replay *ReplayResult `json:"replay,omitempty"`
+	// Purge holds what a purge that did not reach every partition did.
+	Purge *PurgeResult `json:"purge,omitempty"`
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -157,9 +158,11 @@ func (a *adminAPI) singleNodeStatus() cluster.Status {
 	return st
 }
 
-// peerAdmin returns what answers the admin reads other nodes gather: the
-// request goes through this node's admin API, with its admin token, and
-// is answered with its own figures. Only reads under /api/v1/.
+// peerAdmin returns what answers the admin reads other nodes gather and
+// the changes they spread: the request goes through this node's admin
+// API, with its admin token, and is answered with its own figures, or
+// acts on the partitions this node serves. Only reads under /api/v1/, and
+// the changes of clusterchange.go.
 func (b *Broker) peerAdmin() func(ctx context.Context, method, path string, body []byte) (int, []byte) {
 	var (
 		once sync.Once
@@ -169,18 +172,18 @@ func (b *Broker) peerAdmin() func(ctx context.Context, method, path string, body
 		doc, _ := json.Marshal(Error{Error: fmt.Sprintf(format, args...)})
 		return status, doc
 	}
-	return func(ctx context.Context, method, path string, _ []byte) (int, []byte) {
-		if method != http.MethodGet {
-			return refuse(http.StatusMethodNotAllowed, "only reads are gathered, not %s", method)
-		}
+	return func(ctx context.Context, method, path string, body []byte) (int, []byte) {
 		if !strings.HasPrefix(path, "/api/v1/") {
 			return refuse(http.StatusNotFound, "no such endpoint: %s", path)
+		}
+		if method != http.MethodGet && !spreadable(method, path) {
+			return refuse(http.StatusMethodNotAllowed, "%s %s is not spread to other nodes", method, path)
 		}
 		once.Do(func() {
 			mux = http.NewServeMux()
 			(&adminAPI{b: b, log: b.log.With("component", "admin")}).mount(mux)
 		})
-		req, err := http.NewRequestWithContext(ctx, method, "http://shardq"+path, nil)
+		req, err := http.NewRequestWithContext(ctx, method, "http://shardq"+path, bytes.NewReader(body))
 		if err != nil {
 			return refuse(http.StatusBadRequest, "bad path %q: %v", path, err)
 		}

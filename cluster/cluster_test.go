@@ -634,14 +634,15 @@ func TestDeclareAcrossNodes(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// A change that would act on one node's partitions only is refused.
-	resp, err = http.Post("http://"+b.http+"/api/v1/queues/decl/purge", "application/json", nil)
+	req, _ = http.NewRequest(http.MethodDelete, "http://"+b.http+"/api/v1/queues/decl", nil)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(string(body), "not available in a cluster") {
-		t.Errorf("purge in a cluster: %d %s", resp.StatusCode, body)
+		t.Errorf("queue delete in a cluster: %d %s", resp.StatusCode, body)
 	}
 }
 

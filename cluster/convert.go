@@ -42,6 +42,7 @@ func toPBMessage(m *queue.Message) *pb.Message {
 		DedupId:         m.DedupID,
 		OriginRun:       m.Origin.Run,
 		OriginSeq:       m.Origin.Seq,
+		ReplayFor:       m.ReplayFor,
 	}
 	if len(m.Headers.User) > 0 {
 		w.User = make([]*pb.Property, len(m.Headers.User))
@@ -74,9 +75,10 @@ func fromPBMessage(w *pb.Message) *queue.Message {
 			PayloadFormat:   byte(w.PayloadFormat),
 			ExpiryInterval:  w.ExpiryInterval,
 		},
-		Payload: w.Payload,
-		DedupID: w.DedupId,
-		Origin:  queue.Origin{Run: w.OriginRun, Seq: w.OriginSeq},
+		Payload:   w.Payload,
+		DedupID:   w.DedupId,
+		Origin:    queue.Origin{Run: w.OriginRun, Seq: w.OriginSeq},
+		ReplayFor: w.ReplayFor,
 	}
 	if len(w.User) > 0 {
 		m.Headers.User = make([]queue.Property, len(w.User))

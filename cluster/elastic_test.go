@@ -92,16 +92,10 @@ func (c *testCluster) status(node string) (cluster.Status, bool) {
 // answered 200.
 func (c *testCluster) admin(node, method, path, body string) {
 	c.t.Helper()
-	req, _ := http.NewRequest(method, "http://"+c.nodes[node].http+path, strings.NewReader(body))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	if status, answer := c.call(node, method, path, body); status != http.StatusOK {
 		var e struct{ Error string }
-		_ = json.NewDecoder(resp.Body).Decode(&e)
-		c.t.Fatalf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, e.Error)
+		_ = json.Unmarshal(answer, &e)
+		c.t.Fatalf("%s %s: HTTP %d: %s", method, path, status, e.Error)
 	}
 }
 

@@ -256,6 +256,7 @@ const DefaultReplicationFactor = 3
 func (n *Node) ManagerOptions(mo *queue.ManagerOptions) {
 	mo.ManualOwnership = true
 	mo.HandoverGrace = handoverGrace
+	mo.Forward = n.Publish
 	mo.OnQueue = func(*queue.Queue) { n.poke() }
 	admit := mo.Admit
 	mo.Admit = func(name string) error {

@@ -121,6 +121,7 @@ type forwarder struct {
 
 type pendingPublish struct {
 	id    queue.PartitionID
+	msg   *queue.Message // its Offset set once stored
 	done  func(error)
 	start time.Time
 }
@@ -141,7 +142,7 @@ func (p *peer) publish(id queue.PartitionID, msg *queue.Message, done func(error
 		return
 	}
 	f.seq++
-	f.pending[f.seq] = pendingPublish{id: id, done: done, start: time.Now()}
+	f.pending[f.seq] = pendingPublish{id: id, msg: msg, done: done, start: time.Now()}
 	f.queue = append(f.queue, &pb.Publish{Seq: f.seq, Queue: id.Queue, Partition: int32(id.Partition), Message: toPBMessage(msg)})
 	f.mu.Unlock()
 	select {
@@ -226,6 +227,7 @@ func (f *forwarder) receive() {
 			}
 			err := fromResult(r)
 			if err == nil {
+				pp.msg.Offset = r.Offset
 				m.forwards.WithLabelValues("ok").Inc()
 			} else {
 				m.forwards.WithLabelValues("refused").Inc()

@@ -76,7 +76,14 @@ func (s *server) Publish(stream pb.Node_PublishServer) error {
 				answer(toResult(seq, notServed(id)))
 				continue
 			}
-			s.n.publishHere(ctx, id, fromPBMessage(p.Message), func(err error) { answer(toResult(seq, err)) })
+			m := fromPBMessage(p.Message)
+			s.n.publishHere(ctx, id, m, func(err error) {
+				r := toResult(seq, err)
+				if err == nil {
+					r.Offset = m.Offset
+				}
+				answer(r)
+			})
 		}
 		mu.Lock()
 		err = sendErr
@@ -153,7 +160,8 @@ func (s *server) settle(req *pb.SettleRequest) error {
 	return settleHere(s.n.m, fromPBLease(req.Lease), req.Op)
 }
 
-// Admin answers an admin read with this node's own view.
+// Admin answers an admin read with this node's own view, or acts on the
+// partitions this node serves for a change another node spreads.
 func (s *server) Admin(ctx context.Context, req *pb.AdminRequest) (*pb.AdminResponse, error) {
 	if s.n.opts.Admin == nil {
 		return &pb.AdminResponse{Status: 404}, nil

@@ -174,41 +174,58 @@ type PeerAnswer struct {
 // GatherTimeout bounds how long Gather waits for the other nodes.
 const GatherTimeout = 2 * time.Second
 
+// SpreadTimeout bounds how long Spread waits for the other nodes: a change
+// waits for its writes to be committed.
+const SpreadTimeout = 30 * time.Second
+
 // Gather sends an admin read (method, and path with its query) to every
 // other member in parallel and returns their answers, sorted by node id.
 // A node that does not answer within GatherTimeout (or ctx) has Err set.
 func (n *Node) Gather(ctx context.Context, method, path string) []PeerAnswer {
+	return n.askAll(ctx, GatherTimeout, method, path, nil)
+}
+
+// Spread sends an admin change (method, path with its query, and body) to
+// every other member in parallel, each to act on the partitions it
+// serves, and returns their answers, sorted by node id. A node that does
+// not answer within SpreadTimeout (or ctx) has Err set: what it did is not
+// known.
+func (n *Node) Spread(ctx context.Context, method, path string, body []byte) []PeerAnswer {
+	return n.askAll(ctx, SpreadTimeout, method, path, body)
+}
+
+func (n *Node) askAll(ctx context.Context, timeout time.Duration, method, path string, body []byte) []PeerAnswer {
 	ids := n.members()
 	slices.Sort(ids)
 	out := make([]PeerAnswer, len(ids))
 	if len(ids) == 0 {
 		return out
 	}
-	ctx, cancel := context.WithTimeout(ctx, GatherTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = n.ask(ctx, id, method, path)
+			out[i] = n.ask(ctx, timeout, id, method, path, body)
 		}()
 	}
 	wg.Wait()
 	return out
 }
 
-func (n *Node) ask(ctx context.Context, id, method, path string) PeerAnswer {
+func (n *Node) ask(ctx context.Context, timeout time.Duration, id, method, path string, body []byte) PeerAnswer {
 	a := PeerAnswer{Node: id}
 	p, err := n.peer(id)
 	if err != nil {
 		a.Err = err
 		return a
 	}
-	resp, err := p.client.Admin(ctx, &pb.AdminRequest{Method: method, Path: path})
+	resp, err := p.client.Admin(ctx, &pb.AdminRequest{Method: method, Path: path, Body: body})
 	switch {
 	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		a.Err = errors.New("no answer within " + GatherTimeout.String())
+		a.Err = errors.New("no answer within " + timeout.String())
 	case err != nil:
 		a.Err = err
 	default:

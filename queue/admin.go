@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 )
@@ -30,27 +31,39 @@ var (
 	ErrNotParent = errors.New("queue: a dead-letter queue has no dead-letter queue")
 )
 
+// Purged is what Purge did: how many messages it deleted, and from which
+// partitions.
+type Purged struct {
+	Messages   uint64
+	Partitions []int // the partitions purged: those this node serves
+}
+
 // Purge deletes every message the queue holds when it runs, for every
 // group: each group's floor moves past them, the messages its consumers
 // hold are taken back (their late PUBACKs change nothing) and the range is
 // deleted from storage, all persisted before Purge returns. Publishes still
-// being committed when it runs are kept. It returns how many messages it
-// deleted.
-func (q *Queue) Purge(ctx context.Context) (uint64, error) {
+// being committed when it runs are kept. It acts on the partitions this
+// node serves (every one on a single node; in a cluster each node purges
+// its own, through their replicated logs) and says which.
+func (q *Queue) Purge(ctx context.Context) (Purged, error) {
 	q.m.admin.Lock()
 	defer q.m.admin.Unlock()
 	var k kicks
 	q.lockAll()
 	if q.closed {
 		q.unlockAll()
-		return 0, ErrClosed
+		return Purged{}, ErrClosed
 	}
 	b := new(Batch)
-	var purged uint64
+	res := Purged{Partitions: []int{}}
 	for _, p := range q.parts {
+		if p.servingLocked() != nil {
+			continue
+		}
+		res.Partitions = append(res.Partitions, p.index)
 		to := p.committed
 		if to > p.first {
-			purged += to - p.first
+			res.Messages += to - p.first
 			b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: p.index, From: p.first, To: to})
 			p.advance(to)
 		}
@@ -58,6 +71,9 @@ func (q *Queue) Purge(ctx context.Context) (uint64, error) {
 	}
 	for _, g := range q.groups {
 		for _, cur := range g.cursors {
+			if cur.p.servingLocked() != nil {
+				continue
+			}
 			cur.retries = nil
 			cur.purgeLocked(b, &k)
 		}
@@ -67,10 +83,10 @@ func (q *Queue) Purge(ctx context.Context) (uint64, error) {
 	q.unlockAll()
 	k.run()
 	if err := wait(ctx); err != nil {
-		return 0, err
+		return Purged{}, err
 	}
-	q.m.log.Info("queue purged", "queue", q.name, "messages", purged)
-	return purged, nil
+	q.m.log.Info("queue purged", "queue", q.name, "messages", res.Messages, "partitions", len(res.Partitions))
+	return res, nil
 }
 
 // purgeLocked moves the cursor past every message of its partition below
@@ -129,45 +145,77 @@ func (c *cursor) purgeLocked(b *Batch, k *kicks) {
 }
 
 // DeleteGroup removes a consumer group and its state, persisted before it
-// returns. A group with consumers connected is refused (ErrGroupActive):
-// they would recreate it at once. A consumer that subscribes to the group
-// later starts it again from the oldest retained message.
-func (q *Queue) DeleteGroup(ctx context.Context, name string) error {
+// returns, and returns the partitions it removed it from: those this node
+// serves (every one on a single node; in a cluster each node removes the
+// group from its own, through their replicated logs). A group with
+// consumers connected is refused (ErrGroupActive): they would recreate it
+// at once. A consumer that subscribes to the group later starts it again
+// from the oldest retained message.
+func (q *Queue) DeleteGroup(ctx context.Context, name string) ([]int, error) {
 	q.m.admin.Lock()
 	defer q.m.admin.Unlock()
 	q.lockAll()
-	if q.closed {
+	if err := q.checkDeleteGroupLocked(name); err != nil {
 		q.unlockAll()
-		return ErrClosed
+		return nil, err
 	}
 	g := q.groups[name]
-	if g == nil {
-		q.unlockAll()
-		return fmt.Errorf("%w: %q in queue %s", ErrNoSuchGroup, name, q.name)
-	}
-	if n := len(g.consumers); n > 0 {
-		q.unlockAll()
-		return fmt.Errorf("%w: group %s of queue %s has %d", ErrGroupActive, name, q.name, n)
-	}
 	delete(q.groups, name)
 	b := new(Batch)
+	parts := []int{}
 	for _, cur := range g.cursors {
+		if cur.p.servingLocked() != nil {
+			continue
+		}
+		parts = append(parts, cur.p.index)
 		b.DropGroups = append(b.DropGroups, GroupRef{Queue: q.name, Group: name, Partition: cur.p.index})
 	}
 	wait := q.commitLocked(b)
 	q.unlockAll()
 	if err := wait(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	q.m.log.Info("consumer group deleted", "queue", q.name, "group", name)
+	q.m.log.Info("consumer group deleted", "queue", q.name, "group", name, "partitions", len(parts))
+	return parts, nil
+}
+
+// CheckDeleteGroup reports why DeleteGroup would refuse to delete the
+// group now (ErrNoSuchGroup, ErrGroupActive), or nil: a cluster asks
+// every node before any deletes it.
+func (q *Queue) CheckDeleteGroup(name string) error {
+	q.lockAll()
+	defer q.unlockAll()
+	return q.checkDeleteGroupLocked(name)
+}
+
+func (q *Queue) checkDeleteGroupLocked(name string) error {
+	if q.closed {
+		return ErrClosed
+	}
+	g := q.groups[name]
+	if g == nil {
+		return fmt.Errorf("%w: %q in queue %s", ErrNoSuchGroup, name, q.name)
+	}
+	if n := len(g.consumers); n > 0 {
+		return fmt.Errorf("%w: group %s of queue %s has %d", ErrGroupActive, name, q.name, n)
+	}
 	return nil
 }
 
 // Replayed names a dead letter that was published again: its msg-id in the
-// dead-letter queue and the msg-id of the new message in the queue.
+// dead-letter queue and the msg-id of the new message in the queue ("" when
+// another node stored it and its offset is not known here).
 type Replayed struct {
 	DLQID string
 	ID    string
+}
+
+// Replay is what ReplayDLQ did: the dead letters it replayed, in order,
+// and the dead-letter queue's partitions it replayed from (those this
+// node serves).
+type Replay struct {
+	Letters    []Replayed
+	Partitions []int
 }
 
 // replayChunk is how many dead letters ReplayDLQ reads and publishes at a time.
@@ -177,14 +225,18 @@ const replayChunk = 256
 // the ones named by their dead-letter msg-ids (as a dead-letter consumer
 // sees them in msg-id, or Peek lists them), or, with no ids, every dead
 // letter the dead-letter queue holds when it starts that some
-// dead-letter group has not settled. It returns what it replayed, in
-// order; on an error, what it replayed before it.
+// dead-letter group has not settled. It acts on the dead-letter
+// partitions this node serves (every one on a single node; in a cluster,
+// each node replays from its own and names that are in other partitions
+// are left to their nodes). It returns what it replayed; on an error, what
+// it replayed before it.
 //
 // The choices it makes:
 //   - A replayed message is a new message of q (new msg-id, delivery-count
 //     1, enqueued now, no expiry) with the dead letter's key, subject,
 //     properties and payload. Messages of one key are replayed in their
-//     dead-letter order.
+//     dead-letter order. One whose partition another node serves goes
+//     there (ManagerOptions.Forward).
 //   - It goes to the group that dead-lettered it, not to every group: the
 //     other groups of q already settled the original. The other groups
 //     have it settled at once (persisted with their next settlements, so a
@@ -200,49 +252,79 @@ const replayChunk = 256
 //     subscribing to the dead-letter queue for the first time later starts
 //     at its oldest retained message, which can include replayed messages
 //     that are still retained behind one that was not replayed.
-//   - Named ids are checked first: a malformed one (ErrBadMessageID) or
-//     one the dead-letter queue does not hold unsettled (ErrUnknownMessage)
-//     fails the call before anything changes. A publish that fails (a full
-//     queue, storage) stops the replay: the dead letters whose copies were
-//     not stored stay in the dead-letter queue.
-func (q *Queue) ReplayDLQ(ctx context.Context, ids []string) ([]Replayed, error) {
+//   - Named ids are checked first (CheckReplay): a malformed one
+//     (ErrBadMessageID) or one the dead-letter queue does not hold
+//     unsettled (ErrUnknownMessage) fails the call before anything
+//     changes. A publish that fails (a full queue, storage) stops the
+//     replay: the dead letters whose copies were not stored stay in the
+//     dead-letter queue.
+func (q *Queue) ReplayDLQ(ctx context.Context, ids []string) (Replay, error) {
 	dlq := q.dlq
 	if dlq == nil {
-		return nil, ErrNotParent
+		return Replay{}, ErrNotParent
 	}
 	q.m.admin.Lock()
 	defer q.m.admin.Unlock()
-	var done []Replayed
+	res := Replay{Partitions: dlq.served()}
 	var err error
 	if len(ids) > 0 {
 		var dls []deadLetter
-		if dls, err = dlq.pendingByID(ids); err != nil {
-			return nil, err
+		if dls, err = dlq.pendingByID(ids, res.Partitions); err != nil {
+			return Replay{}, err
 		}
 		for len(dls) > 0 && err == nil {
 			n := min(len(dls), replayChunk)
 			var r []Replayed
 			r, err = q.replay(ctx, dls[:n])
-			done = append(done, r...)
+			res.Letters = append(res.Letters, r...)
 			dls = dls[n:]
 		}
 	} else {
-		done, err = q.replayAll(ctx)
+		res.Letters, err = q.replayAll(ctx, res.Partitions)
 	}
 	if err != nil {
-		q.m.log.Error("replaying dead letters failed", "queue", q.name, "replayed", len(done), "err", err)
-	} else if len(done) > 0 {
-		q.m.log.Info("dead letters replayed", "queue", q.name, "messages", len(done))
+		q.m.log.Error("replaying dead letters failed", "queue", q.name, "replayed", len(res.Letters), "err", err)
+	} else if len(res.Letters) > 0 {
+		q.m.log.Info("dead letters replayed", "queue", q.name, "messages", len(res.Letters))
 	}
-	return done, err
+	return res, err
+}
+
+// CheckReplay checks dead-letter msg-ids as ReplayDLQ does, without
+// replaying them, and returns the dead-letter partitions this node serves:
+// the ids in the others are not checked (a cluster asks every node before
+// any replays).
+func (q *Queue) CheckReplay(ids []string) ([]int, error) {
+	dlq := q.dlq
+	if dlq == nil {
+		return nil, ErrNotParent
+	}
+	served := dlq.served()
+	_, err := dlq.pendingByID(ids, served)
+	return served, err
+}
+
+// served returns the partitions this node serves.
+func (q *Queue) served() []int {
+	q.lockAll()
+	defer q.unlockAll()
+	out := []int{}
+	for _, p := range q.parts {
+		if p.servingLocked() == nil {
+			out = append(out, p.index)
+		}
+	}
+	return out
 }
 
 // replayAll replays every dead letter some dead-letter group has not
-// settled, up to the offsets committed when it starts.
-func (q *Queue) replayAll(ctx context.Context) ([]Replayed, error) {
+// settled in the partitions named, up to the offsets committed when it
+// starts.
+func (q *Queue) replayAll(ctx context.Context, parts []int) ([]Replayed, error) {
 	dlq := q.dlq
 	var done []Replayed
-	for pi, p := range dlq.parts {
+	for _, pi := range parts {
+		p := dlq.parts[pi]
 		p.mu.Lock()
 		from, to := p.first, p.committed
 		p.mu.Unlock()
@@ -301,8 +383,9 @@ func (q *Queue) pendingLocked(pi int, off uint64) bool {
 }
 
 // pendingByID checks the msg-ids against the dead-letter queue q and reads
-// their messages, in the order given, duplicates dropped.
-func (q *Queue) pendingByID(ids []string) ([]deadLetter, error) {
+// the messages of those in the partitions served (the others are left
+// out), in the order given, duplicates dropped.
+func (q *Queue) pendingByID(ids []string, served []int) ([]deadLetter, error) {
 	type ref struct {
 		p   int
 		off uint64
@@ -315,8 +398,11 @@ func (q *Queue) pendingByID(ids []string) ([]deadLetter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %q (want {partition}-{offset})", ErrBadMessageID, id)
 		}
+		if p >= len(q.parts) {
+			return nil, fmt.Errorf("%w: %s is not in %s: it has %d partitions", ErrUnknownMessage, id, q.name, len(q.parts))
+		}
 		r := ref{p, off, ""}
-		if seen[r] {
+		if seen[r] || !slices.Contains(served, p) {
 			continue
 		}
 		seen[r] = true
@@ -326,7 +412,7 @@ func (q *Queue) pendingByID(ids []string) ([]deadLetter, error) {
 	out := make([]deadLetter, len(refs))
 	q.lockAll()
 	for i, r := range refs {
-		if r.p >= len(q.parts) || !q.pendingLocked(r.p, r.off) {
+		if !q.pendingLocked(r.p, r.off) {
 			q.unlockAll()
 			return nil, fmt.Errorf("%w: %s is not in %s", ErrUnknownMessage, r.id, q.name)
 		}
@@ -351,6 +437,9 @@ func (q *Queue) pendingByID(ids []string) ([]deadLetter, error) {
 	return out, nil
 }
 
+// unknownOffset marks a forwarded copy whose offset its node did not say.
+const unknownOffset = math.MaxUint64
+
 // replay publishes the dead letters into q, waits until they are stored,
 // then settles those stored in the dead-letter queue.
 func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error) {
@@ -360,10 +449,21 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 	var wg sync.WaitGroup
 	errs := make([]error, len(dls))
 	news := make([]*Message, len(dls))
+	var away []int // forwarded: their partitions are served elsewhere
 	q.lockAll()
 	var stop error
 	for i, dl := range dls {
 		msg, target := replayMessage(dl.m)
+		if p := q.parts[PartitionFor(msg.Key, len(q.parts))]; p.servingLocked() != nil {
+			if q.m.opts.Forward == nil || q.closed {
+				stop = p.servingLocked()
+				break
+			}
+			msg.ReplayFor, msg.Offset = target, unknownOffset
+			news[i] = msg
+			away = append(away, i)
+			continue
+		}
 		wg.Add(1)
 		if stop = q.appendReplayLocked(msg, target, func(err error) { errs[i] = err; wg.Done() }); stop != nil {
 			wg.Done()
@@ -372,6 +472,7 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 		news[i] = msg
 	}
 	q.unlockAll()
+	q.forward(ctx, news, away, errs)
 	wg.Wait() // every append completes: a log never drops a write
 
 	dlq := q.dlq
@@ -393,7 +494,11 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 		for _, g := range dlq.groups {
 			g.cursors[dl.partition].settleAdminLocked(dl.m, b, &k)
 		}
-		done = append(done, Replayed{DLQID: MessageID(dl.partition, dl.m.Offset), ID: MessageID(PartitionFor(news[i].Key, len(q.parts)), news[i].Offset)})
+		id := ""
+		if news[i].Offset != unknownOffset {
+			id = MessageID(PartitionFor(news[i].Key, len(q.parts)), news[i].Offset)
+		}
+		done = append(done, Replayed{DLQID: MessageID(dl.partition, dl.m.Offset), ID: id})
 	}
 	for _, g := range dlq.groups {
 		for _, cur := range g.cursors {
@@ -408,6 +513,46 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 		err = werr
 	}
 	return done, err
+}
+
+// forward publishes the messages news[i] for i in away through
+// ManagerOptions.Forward, those of one key one after the other in order,
+// and waits for them; errs[i] gets each one's outcome.
+func (q *Queue) forward(ctx context.Context, news []*Message, away []int, errs []error) {
+	for len(away) > 0 {
+		// A wave: the first message left of each key.
+		var wave, rest []int
+		keys := map[string]bool{}
+		for _, i := range away {
+			if k := news[i].Key; !keys[k] {
+				keys[k] = true
+				wave = append(wave, i)
+			} else {
+				rest = append(rest, i)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, i := range wave {
+			wg.Add(1)
+			q.m.opts.Forward(ctx, q.name, news[i], func(err error) { errs[i] = err; wg.Done() })
+		}
+		wg.Wait()
+		// A key whose message failed sends none after it.
+		failed := map[string]bool{}
+		for _, i := range wave {
+			if errs[i] != nil {
+				failed[news[i].Key] = true
+			}
+		}
+		away = away[:0]
+		for _, i := range rest {
+			if failed[news[i].Key] {
+				errs[i] = fmt.Errorf("not replayed: a dead letter of key %q before it failed", news[i].Key)
+				continue
+			}
+			away = append(away, i)
+		}
+	}
 }
 
 // replayMessage returns the message that replays the dead letter dm, and
@@ -430,14 +575,14 @@ func replayMessage(dm *Message) (*Message, string) {
 // before the message can be delivered. done runs once it is stored or
 // failed; an error returned means done will not run.
 func (q *Queue) appendReplayLocked(msg *Message, target string, done func(error)) error {
-	if q.closed {
-		return ErrClosed
+	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
+	if err := p.servingLocked(); err != nil {
+		return err
 	}
 	size := msg.Size()
 	if q.fullLocked(size) {
 		return ErrQueueFull
 	}
-	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
 	now := q.m.now()
 	msg.EnqueuedAt = now
 	q.appendLocked(p, msg, size, now)

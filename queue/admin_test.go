@@ -3,6 +3,8 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -68,7 +70,8 @@ func TestAdminReplayOfAParkedDeadLetterKeepsKeyOrder(t *testing.T) {
 		t.Fatalf("peek: %d messages, %v", len(msgs), err)
 	}
 	bID := queue.MessageID(part, msgs[1].Offset)
-	done, err := q.ReplayDLQ(context.Background(), []string{bID})
+	res, err := q.ReplayDLQ(context.Background(), []string{bID})
+	done := res.Letters
 	if err != nil || len(done) != 1 || done[0].DLQID != bID {
 		t.Fatalf("replay b: %+v, %v", done, err)
 	}
@@ -108,7 +111,8 @@ func TestAdminReplayTakesBackALeasedDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := r.wait(t, 1)[0]
-	done, err := q.ReplayDLQ(context.Background(), nil)
+	res, err := q.ReplayDLQ(context.Background(), nil)
+	done := res.Letters
 	if err != nil || len(done) != 2 {
 		t.Fatalf("replay all: %+v, %v", done, err)
 	}
@@ -125,7 +129,7 @@ func TestAdminReplayTakesBackALeasedDeadLetter(t *testing.T) {
 		t.Errorf("%d deliveries after the replay, want 1", len(r.ds))
 	}
 	r.mu.Unlock()
-	if again, err := q.ReplayDLQ(context.Background(), nil); err != nil || len(again) != 0 {
+	if again, err := q.ReplayDLQ(context.Background(), nil); err != nil || len(again.Letters) != 0 {
 		t.Errorf("second replay: %+v, %v", again, err)
 	}
 }
@@ -143,9 +147,9 @@ func TestAdminPurgeTakesBackLeasesAndFreesKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := r.wait(t, 1)[0]
-	n, err := q.Purge(context.Background())
-	if err != nil || n != 3 {
-		t.Fatalf("purge: %d, %v; want 3", n, err)
+	res, err := q.Purge(context.Background())
+	if err != nil || res.Messages != 3 || len(res.Partitions) != len(q.Info().Partitions) {
+		t.Fatalf("purge: %+v, %v; want 3 messages from every partition", res, err)
 	}
 	if err := m.Settle(a.Lease, queue.Ack); !errors.Is(err, queue.ErrNotLeased) {
 		t.Fatalf("settling a purged message: %v, want ErrNotLeased", err)
@@ -332,4 +336,114 @@ func TestAdminDeleteQueueWhilePublishing(t *testing.T) {
 	if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte("last")}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAdminActsOnServedPartitions: with partitions served by two managers
+// over one store, as two nodes of a cluster serve theirs, each admin call
+// acts on the partitions its manager serves, and a replayed dead letter
+// whose partition the other serves goes there for its group only.
+func TestAdminActsOnServedPartitions(t *testing.T) {
+	store := queuetest.NewMemStore(1)
+	opts := queue.DefaultOptions()
+	opts.Partitions = 2
+	opts.MaxDeliveries = 1
+	manual := func(forward func(context.Context, string, *queue.Message, func(error))) func(*queue.ManagerOptions) {
+		return func(o *queue.ManagerOptions) {
+			o.ManualOwnership = true
+			o.Declared = map[string]queue.Options{"q": opts}
+			o.Forward = forward
+		}
+	}
+	var m2 *queue.Manager
+	m1 := newManager(t, store, manual(func(ctx context.Context, name string, msg *queue.Message, done func(error)) {
+		m2.Publish(ctx, name, msg, done)
+	}))
+	ctx := context.Background()
+	acquire := func(m *queue.Manager, name string, p int) {
+		t.Helper()
+		if _, _, err := m.Declare(ctx, "q", opts); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Acquire(ctx, queue.PartitionID{Queue: name, Partition: p}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p := range 2 {
+		acquire(m1, "q", p)
+		acquire(m1, queue.DLQName("q"), p)
+	}
+	// Dead letters of group g in both partitions; group h has settled them.
+	keys := map[int]string{}
+	for i := 0; len(keys) < 2; i++ {
+		k := fmt.Sprintf("k%d", i)
+		keys[queue.PartitionFor(k, 2)] = k
+	}
+	h := newRecorder()
+	if _, err := m1.Queue("q").Subscribe("h", h, queue.ConsumerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g := newRecorder()
+	cg, err := m1.Queue("q").Subscribe("g", g, queue.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range 2 {
+		if err := publish(t, m1, "q", &queue.Message{Key: keys[p], Payload: []byte(keys[p])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, d := range g.wait(t, 2) {
+		if err := m1.Settle(d.Lease, queue.Reject); err != nil {
+			t.Fatal(err)
+		}
+		if err := m1.Settle(h.wait(t, i+1)[i].Lease, queue.Ack); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cg.Close()
+	waitDepth(t, m1.Queue("q").DLQ(), 2)
+
+	// Partition 1 moves to m2.
+	if err := m1.Release(ctx, queue.PartitionID{Queue: "q", Partition: 1}); err != nil {
+		t.Fatal(err)
+	}
+	m2 = newManager(t, store, manual(nil))
+	acquire(m2, "q", 1)
+
+	res, err := m1.Queue("q").ReplayDLQ(ctx, nil)
+	if err != nil || len(res.Letters) != 2 || !slices.Equal(res.Partitions, []int{0, 1}) {
+		t.Fatalf("replay: %+v, %v; want both dead letters, from dead-letter partitions 0 and 1", res, err)
+	}
+	for _, l := range res.Letters {
+		if l.ID == "" {
+			t.Errorf("replayed %s: the new msg-id is not known", l.DLQID)
+		}
+	}
+	// Group g gets the copy on m2; group h, which had settled it, does not.
+	g2, h2 := newRecorder(), newRecorder()
+	if _, err := m2.Queue("q").Subscribe("g", g2, queue.ConsumerOptions{Partitions: []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Queue("q").Subscribe("h", h2, queue.ConsumerOptions{Partitions: []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := g2.wait(t, 1)[0]; payload(d) != keys[1] || d.Count != 1 {
+		t.Fatalf("group g on m2 got %q count %d, want the replayed %q", payload(d), d.Count, keys[1])
+	}
+
+	// Each manager purges what it serves.
+	for _, c := range []struct {
+		m    *queue.Manager
+		want []int
+	}{{m1, []int{0}}, {m2, []int{1}}} {
+		res, err := c.m.Queue("q").Purge(ctx)
+		if err != nil || !slices.Equal(res.Partitions, c.want) || res.Messages < 1 {
+			t.Errorf("purge: %+v, %v; want the replayed copy, of partitions %v", res, err, c.want)
+		}
+	}
+	h2.mu.Lock()
+	if len(h2.ds) != 0 {
+		t.Errorf("group h got the replayed dead letter of group g: %q", payload(h2.ds[0]))
+	}
+	h2.mu.Unlock()
 }

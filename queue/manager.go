@@ -40,6 +40,11 @@ type ManagerOptions struct {
 	// every publish: it must be quick. Dead-lettering, settlements and
 	// deletes do not ask it.
 	Admit func(queue string) error
+	// Forward, if set, publishes a message whose partition another node
+	// serves (a dead letter replayed into a partition led elsewhere); done
+	// runs once that node stored it, with msg.Offset set, or failed. Without
+	// it such a message is refused with ErrNotOwned.
+	Forward func(ctx context.Context, queue string, msg *Message, done func(error))
 	// OnCommit, if set, is told about every committed batch.
 	OnCommit func(CommitStats)
 	// OnAck, if set, is told about every acked message: its queue and when

@@ -53,6 +53,11 @@ type Message struct {
 	// stepped down, a link that broke) is stored once. Zero outside a
 	// cluster; not stored with the message.
 	Origin Origin
+
+	// ReplayFor, when set, makes the message the replay of a dead letter
+	// of that group (Queue.ReplayDLQ): where the queue has the group, the
+	// other groups have it settled at once. Not stored with the message.
+	ReplayFor string
 }
 
 // Origin names one publish: the run of the node it entered the cluster

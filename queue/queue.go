@@ -97,6 +97,15 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 		finish(done, TooLarge(len(msg.Payload), q.m.opts.MaxPayload))
 		return
 	}
+	if msg.ReplayFor != "" {
+		q.lockAll()
+		err := q.appendReplayLocked(msg, msg.ReplayFor, done)
+		q.unlockAll()
+		if err != nil {
+			finish(done, err)
+		}
+		return
+	}
 	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
 	now := q.m.now()
 	size := msg.Size()

@@ -322,8 +322,10 @@ type Message struct {
 	// origin_run and origin_seq name the publish where it entered the
 	// cluster (queue.Origin): the owner stores it once however often it is
 	// routed again.
-	OriginRun     uint64 `protobuf:"fixed64,16,opt,name=origin_run,json=originRun,proto3" json:"origin_run,omitempty"`
-	OriginSeq     uint64 `protobuf:"varint,17,opt,name=origin_seq,json=originSeq,proto3" json:"origin_seq,omitempty"`
+	OriginRun uint64 `protobuf:"fixed64,16,opt,name=origin_run,json=originRun,proto3" json:"origin_run,omitempty"`
+	OriginSeq uint64 `protobuf:"varint,17,opt,name=origin_seq,json=originSeq,proto3" json:"origin_seq,omitempty"`
+	// replay_for: a dead letter of that group replayed (queue.Message.ReplayFor).
+	ReplayFor     string `protobuf:"bytes,18,opt,name=replay_for,json=replayFor,proto3" json:"replay_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -477,6 +479,13 @@ func (x *Message) GetOriginSeq() uint64 {
 	return 0
 }
 
+func (x *Message) GetReplayFor() string {
+	if x != nil {
+		return x.ReplayFor
+	}
+	return ""
+}
+
 type Publish struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -590,10 +599,13 @@ func (x *PublishBatch) GetPublishes() []*Publish {
 }
 
 type Result struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Code          Code                   `protobuf:"varint,2,opt,name=code,proto3,enum=shardq.cluster.v1.Code" json:"code,omitempty"`
-	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Code  Code                   `protobuf:"varint,2,opt,name=code,proto3,enum=shardq.cluster.v1.Code" json:"code,omitempty"`
+	Error string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// offset is where a stored publish was stored; when the owner had
+	// stored it before, under its origin, the offset the publish carried.
+	Offset        uint64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +659,13 @@ func (x *Result) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Result) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
 }
 
 type PublishResults struct {
@@ -2561,7 +2580,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x04 \x01(\rR\n" +
 	"deliveries\x12\x14\n" +
-	"\x05group\x18\x05 \x01(\tR\x05group\"\xd5\x04\n" +
+	"\x05group\x18\x05 \x01(\tR\x05group\"\xf4\x04\n" +
 	"\aMessage\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x18\n" +
@@ -2586,18 +2605,21 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"origin_run\x18\x10 \x01(\x06R\toriginRun\x12\x1d\n" +
 	"\n" +
-	"origin_seq\x18\x11 \x01(\x04R\toriginSeq\"\x85\x01\n" +
+	"origin_seq\x18\x11 \x01(\x04R\toriginSeq\x12\x1d\n" +
+	"\n" +
+	"replay_for\x18\x12 \x01(\tR\treplayFor\"\x85\x01\n" +
 	"\aPublish\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x124\n" +
 	"\amessage\x18\x04 \x01(\v2\x1a.shardq.cluster.v1.MessageR\amessage\"H\n" +
 	"\fPublishBatch\x128\n" +
-	"\tpublishes\x18\x01 \x03(\v2\x1a.shardq.cluster.v1.PublishR\tpublishes\"]\n" +
+	"\tpublishes\x18\x01 \x03(\v2\x1a.shardq.cluster.v1.PublishR\tpublishes\"u\n" +
 	"\x06Result\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12+\n" +
 	"\x04code\x18\x02 \x01(\x0e2\x17.shardq.cluster.v1.CodeR\x04code\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"E\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\"E\n" +
 	"\x0ePublishResults\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.shardq.cluster.v1.ResultR\aresults\"~\n" +
 	"\bLeaseRef\x12\x14\n" +

@@ -106,9 +106,7 @@ var adminCommands = []adminSpec{
 		about: "Deletes every message of a queue, for every group. Needs the token when\nthe node has one.",
 		flags: dlqFlag("every message"),
 		run: func(ctx context.Context, a *adminCall) error {
-			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+a.dlqPath()+"/purge", nil, a.out, func(w io.Writer, r broker.PurgeResult) {
-				fmt.Fprintf(w, "purged %d messages from %s\n", r.Purged, r.Queue)
-			})
+			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+a.dlqPath()+"/purge", nil, a.out, printPurge)
 		}},
 	{name: "queue declare", args: "QUEUE [KEY=VALUE ...]", nargs: -1, short: "create a queue or change its settings", missing: "want a queue name",
 		about: "Creates a queue or changes its settings, named as in the config file:\npartitions=16 ack_timeout=10s. Kept across restarts, over the config\nfile's. Needs the token when the node has one.",
@@ -513,10 +511,13 @@ func call[T any](ctx context.Context, c *adminClient, method, path string, body 
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			return fmt.Errorf("%s %s: HTTP %s", method, path, resp.Status)
 		}
-		if e.Replay != nil && out.json {
+		switch {
+		case (e.Replay != nil || e.Purge != nil) && out.json:
 			_, _ = out.w.Write(data)
-		} else if e.Replay != nil {
+		case e.Replay != nil:
 			printReplay(out.w, *e.Replay)
+		case e.Purge != nil:
+			printPurge(out.w, *e.Purge)
 		}
 		return fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)
 	}
@@ -655,6 +656,22 @@ func payload(p []byte) string {
 	return strconv.Quote(s)
 }
 
+func printPurge(w io.Writer, r broker.PurgeResult) {
+	fmt.Fprintf(w, "purged %d messages from %s (%s)\n", r.Purged, r.Queue, partitionList(r.Partitions))
+}
+
+// partitionList names partitions: "partition 3", "partitions 0, 1, 2".
+func partitionList(ps []int) string {
+	if len(ps) == 1 {
+		return fmt.Sprintf("partition %d", ps[0])
+	}
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(p)
+	}
+	return "partitions " + strings.Join(s, ", ")
+}
+
 func printReplay(w io.Writer, r broker.ReplayResult) {
 	fmt.Fprintf(w, "replayed %d dead letters into %s\n", r.Replayed, r.Queue)
 	if len(r.Messages) == 0 {
@@ -664,7 +681,11 @@ func printReplay(w io.Writer, r broker.ReplayResult) {
 	t := table(w)
 	fmt.Fprintln(t, "DLQ-MSG-ID\tMSG-ID")
 	for _, m := range r.Messages[:min(len(r.Messages), shown)] {
-		fmt.Fprintf(t, "%s\t%s\n", m.DLQID, m.ID)
+		id := m.ID
+		if id == "" {
+			id = "-" // stored by another node, which did not say where
+		}
+		fmt.Fprintf(t, "%s\t%s\n", m.DLQID, id)
 	}
 	t.Flush()
 	if len(r.Messages) > shown {

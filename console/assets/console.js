@@ -635,7 +635,8 @@ function renderFigures(qv) {
       h('span', { class: 'badge', title: 'where the settings come from' }, 'settings: ' + (qv.source || 'defaults')),
       h('span', { class: 'spacer' }),
       h('button', { id: 'purge-queue', class: 'danger', onclick: (ev) => purgeQueue(ev.target, qv) }, 'Purge queue…'),
-      h('button', { id: 'delete-queue', class: 'danger', onclick: (ev) => deleteQueue(ev.target, qv) }, 'Delete queue…')),
+      // A queue is deleted on a single node only (the API answers 501 in a cluster).
+      clustered ? null : h('button', { id: 'delete-queue', class: 'danger', onclick: (ev) => deleteQueue(ev.target, qv) }, 'Delete queue…')),
     h('section', { class: 'cards', id: 'summary' },
       card('Depth', num(qv.depth)),
       card('In /s', rate(r.enqueued)), card('Delivered /s', rate(r.delivered)), card('Acked /s', rate(r.acked)),

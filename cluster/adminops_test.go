@@ -1,0 +1,214 @@
+package cluster_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// adminConfig declares jobs (2 partitions, replication factor 3 as every
+// queue in a cluster, a delivery not acked within a second dead-lettered)
+// and solo (6 partitions, one replica each).
+const adminConfig = `queues:
+  declared:
+    jobs:
+      partitions: 2
+      ack_timeout: 1s
+      max_deliveries: 1
+    solo:
+      partitions: 6
+      replication_factor: 1
+`
+
+// queueFigures is the part of GET /api/v1/queues/{q} the test reads.
+type queueFigures struct {
+	Depth  uint64 `json:"depth"`
+	Groups []struct {
+		Name string `json:"name"`
+		Lag  uint64 `json:"lag"`
+	} `json:"groups"`
+	DLQ *struct {
+		Depth uint64 `json:"depth"`
+	} `json:"dlq"`
+	NodesMissing []string `json:"nodes_missing"`
+}
+
+func (f queueFigures) lag(group string) (uint64, bool) {
+	for _, g := range f.Groups {
+		if g.Name == group {
+			return g.Lag, true
+		}
+	}
+	return 0, false
+}
+
+// call sends an admin call to a node and returns its status and body.
+func (c *testCluster) call(node, method, path, body string) (int, []byte) {
+	c.t.Helper()
+	req, _ := http.NewRequest(method, "http://"+c.nodes[node].http+path, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+// waitFigures waits until every node given sees the queue's figures,
+// gathered from the whole cluster, as ok says.
+func (c *testCluster) waitFigures(queue string, within time.Duration, ok func(queueFigures) bool, nodes ...string) {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for _, n := range nodes {
+		for {
+			status, body := c.call(n, http.MethodGet, "/api/v1/queues/"+queue, "")
+			var f queueFigures
+			if status == http.StatusOK && json.Unmarshal(body, &f) == nil && len(f.NodesMissing) == 0 && ok(f) {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("node %s's view of %s within %s: HTTP %d %s", n, queue, within, status, body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// TestAdminChangesAcrossNodes: every admin change is sent to a node that
+// leads none of the queue's partitions and acts on all of them, through
+// their replicated logs: 10 dead letters replayed show as 10 more lag of
+// their group in every node's view; a purge leaves depth 0 everywhere, and
+// still after the leader of a partition is killed; a group with a
+// consumer connected is not deleted (409), then is, everywhere. A purge
+// of a queue of one replica per partition whose owner is down answers 503
+// naming those partitions and saying which were purged.
+func TestAdminChangesAcrossNodes(t *testing.T) {
+	c := newCluster(t, "--config", configFile(t, adminConfig))
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	// Every partition with its three replicas in sync: one may be lost.
+	c.waitPlaced("jobs", 2, []string{"a", "b", "c"}, nil, 60*time.Second)
+	owners := c.owners("jobs")
+	leaders := map[string]bool{}
+	for _, o := range owners {
+		leaders[o.Owner] = true
+	}
+	x := "" // leads no partition of jobs
+	for _, id := range []string{"a", "b", "c"} {
+		if !leaders[id] {
+			x = id
+		}
+	}
+	live := []string{"a", "b", "c"}
+
+	// 10 dead letters of group g: delivered, never acked.
+	cons := dialManual(t, c.nodes[x].mqtt, "worker", 32)
+	cons.subscribe("$share/g/$queue/jobs")
+	prod := dial(t, c.nodes[x].mqtt, "producer", 32)
+	for i := range 10 {
+		if code, err := prod.publish("$queue/jobs", fmt.Sprintf("k%d", i), fmt.Appendf(nil, "job %d", i)); err != nil || code != 0 {
+			t.Fatalf("publish %d: %#x %v", i, code, err)
+		}
+	}
+	waitCount(t, 10, 15*time.Second, cons)
+	c.waitFigures("jobs", 20*time.Second, func(f queueFigures) bool { return f.DLQ != nil && f.DLQ.Depth == 10 }, live...)
+
+	// Group delete while its consumer is connected: refused, nothing deleted.
+	if status, body := c.call(x, http.MethodDelete, "/api/v1/queues/jobs/groups/g", ""); status != http.StatusConflict {
+		t.Fatalf("deleting a group with a consumer connected: HTTP %d %s, want 409", status, body)
+	}
+	c.waitFigures("jobs", 5*time.Second, func(f queueFigures) bool { _, ok := f.lag("g"); return ok }, live...)
+	_ = cons.c.Disconnect(&paho.Disconnect{})
+
+	// Replay: the 10 go back to g.
+	status, body := c.call(x, http.MethodPost, "/api/v1/queues/jobs/dlq/replay", "")
+	var replay struct {
+		Replayed   int   `json:"replayed"`
+		Partitions []int `json:"partitions"`
+	}
+	if status != http.StatusOK || json.Unmarshal(body, &replay) != nil || replay.Replayed != 10 || !slices.Equal(replay.Partitions, []int{0, 1}) {
+		t.Fatalf("replay through %s: HTTP %d %s; want 10 replayed from partitions 0 and 1", x, status, body)
+	}
+	c.waitFigures("jobs", 10*time.Second, func(f queueFigures) bool { lag, _ := f.lag("g"); return lag == 10 && f.Depth == 10 }, live...)
+
+	// Purge: depth 0 everywhere.
+	status, body = c.call(x, http.MethodPost, "/api/v1/queues/jobs/purge", "")
+	var purge struct {
+		Purged     uint64 `json:"purged"`
+		Partitions []int  `json:"partitions"`
+	}
+	if status != http.StatusOK || json.Unmarshal(body, &purge) != nil || purge.Purged < 10 || !slices.Equal(purge.Partitions, []int{0, 1}) {
+		t.Fatalf("purge through %s: HTTP %d %s; want at least the 10 replayed, from partitions 0 and 1", x, status, body)
+	}
+	empty := func(f queueFigures) bool { lag, _ := f.lag("g"); return f.Depth == 0 && lag == 0 }
+	c.waitFigures("jobs", 10*time.Second, empty, live...)
+
+	// Each solo partition gets a message, then the owner of some of them
+	// (not x), which also leads a partition of jobs, is killed.
+	for i := range 30 {
+		if code, err := prod.publish("$queue/solo", fmt.Sprintf("s%d", i), []byte("solo")); err != nil || code != 0 {
+			t.Fatalf("publish to solo: %#x %v", code, err)
+		}
+	}
+	soloOwners := c.waitOwned("solo", 6, 30*time.Second, "a", "b", "c")
+	victim := owners[0].Owner
+	var lost []int
+	for p, o := range soloOwners {
+		if o.Owner == victim {
+			lost = append(lost, p)
+		}
+	}
+	slices.Sort(lost)
+	c.nodes[victim].kill()
+	live = slices.DeleteFunc(live, func(id string) bool { return id == victim })
+
+	// The purge holds on the new leader.
+	c.waitOwned("jobs", 2, 30*time.Second, live...)
+	c.waitFigures("jobs", 10*time.Second, empty, live...)
+
+	// Group delete, everywhere.
+	status, body = c.call(x, http.MethodDelete, "/api/v1/queues/jobs/groups/g", "")
+	if status != http.StatusOK {
+		t.Fatalf("group delete through %s: HTTP %d %s", x, status, body)
+	}
+	c.waitFigures("jobs", 5*time.Second, func(f queueFigures) bool { _, ok := f.lag("g"); return !ok }, live...)
+	if status, body := c.call(x, http.MethodDelete, "/api/v1/queues/jobs/groups/g", ""); status != http.StatusNotFound {
+		t.Fatalf("deleting the deleted group: HTTP %d %s, want 404", status, body)
+	}
+
+	// A purge of solo with the owner of some of its partitions down.
+	if len(lost) == 0 {
+		t.Logf("%s owned no partition of solo: the purge with an owner down is not tried", victim)
+		return
+	}
+	status, body = c.call(x, http.MethodPost, "/api/v1/queues/solo/purge", "")
+	var refusal struct {
+		Error string `json:"error"`
+		Purge *struct {
+			Partitions []int `json:"partitions"`
+		} `json:"purge"`
+	}
+	if status != http.StatusServiceUnavailable || json.Unmarshal(body, &refusal) != nil || refusal.Purge == nil {
+		t.Fatalf("purge of solo with %s down: HTTP %d %s; want 503 saying what was purged", victim, status, body)
+	}
+	for _, p := range lost {
+		if !strings.Contains(refusal.Error, fmt.Sprintf("solo/%d ", p)) {
+			t.Errorf("the refusal does not name solo/%d, owned by %s: %s", p, victim, refusal.Error)
+		}
+	}
+	for p := range 6 {
+		if slices.Contains(lost, p) == slices.Contains(refusal.Purge.Partitions, p) {
+			t.Errorf("purge says partitions %v were purged; %s owned %v", refusal.Purge.Partitions, victim, lost)
+			break
+		}
+	}
+}
