@@ -29,8 +29,9 @@ const adminConfig = `queues:
 
 // queueFigures is the part of GET /api/v1/queues/{q} the test reads.
 type queueFigures struct {
-	Depth  uint64 `json:"depth"`
-	Groups []struct {
+	Depth      uint64             `json:"depth"`
+	Partitions []partitionFigures `json:"partitions"`
+	Groups     []struct {
 		Name string `json:"name"`
 		Lag  uint64 `json:"lag"`
 	} `json:"groups"`
@@ -38,6 +39,11 @@ type queueFigures struct {
 		Depth uint64 `json:"depth"`
 	} `json:"dlq"`
 	NodesMissing []string `json:"nodes_missing"`
+}
+
+type partitionFigures struct {
+	Partition int `json:"partition"`
+	Shard     int `json:"shard"`
 }
 
 func (f queueFigures) lag(group string) (uint64, bool) {
@@ -121,6 +127,10 @@ func TestAdminChangesAcrossNodes(t *testing.T) {
 	}
 	waitCount(t, 10, 15*time.Second, cons)
 	c.waitFigures("jobs", 20*time.Second, func(f queueFigures) bool { return f.DLQ != nil && f.DLQ.Depth == 10 }, live...)
+	// Each partition names the storage shard it is kept in.
+	c.waitFigures("jobs", time.Second, func(f queueFigures) bool {
+		return len(f.Partitions) == 2 && !slices.ContainsFunc(f.Partitions, func(p partitionFigures) bool { return p.Shard < 0 })
+	}, live...)
 
 	// Group delete while its consumer is connected: refused, nothing deleted.
 	if status, body := c.call(x, http.MethodDelete, "/api/v1/queues/jobs/groups/g", ""); status != http.StatusConflict {

@@ -139,3 +139,12 @@ func (l *raftLog) Bounds() (uint64, uint64, error) { return l.inner.Bounds() }
 func (l *raftLog) Groups() ([]queue.GroupState, error) { return l.inner.Groups() }
 
 func (l *raftLog) Dedups() (map[string]time.Time, error) { return l.inner.Dedups() }
+
+// Shard returns the local storage shard the partition is kept in, -1
+// when its storage has none.
+func (l *raftLog) Shard() int {
+	if s, ok := l.inner.(interface{ Shard() int }); ok {
+		return s.Shard()
+	}
+	return -1
+}
