@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardq/shardq/cluster"
 	"github.com/shardq/shardq/queue"
 )
 
@@ -218,6 +219,10 @@ func (a *adminAPI) view(q *queue.Queue, detail bool) QueueView {
 		Counts: CountsView{Enqueued: c.Enqueued, Delivered: c.Delivered, Redelivered: c.Redelivered, Acked: c.Acked,
 			Nacked: c.Nacked, Rejected: c.Rejected, DeadLettered: c.DeadLettered, Expired: c.Expired,
 			LeasesLost: c.LeasesLost, Deduplicated: c.Deduplicated, Dropped: c.Dropped},
+	}
+	if a.b.node != nil {
+		// What applies in the cluster, the defaults included.
+		v.Settings.ReplicationFactor, v.Settings.AckPolicy = a.b.node.Replication(info.Name)
 	}
 	if detail {
 		for _, p := range info.Partitions {
@@ -681,7 +686,7 @@ func statusOf(err error) int {
 	case errors.Is(err, queue.ErrBadMessageID), errors.Is(err, queue.ErrInvalidName),
 		errors.Is(err, queue.ErrBadPartitions), errors.As(err, &fe):
 		return http.StatusBadRequest
-	case errors.Is(err, queue.ErrPartitionsChanged), errors.Is(err, queue.ErrGroupActive):
+	case errors.Is(err, queue.ErrPartitionsChanged), errors.Is(err, queue.ErrGroupActive), errors.Is(err, cluster.ErrReplicationChange):
 		return http.StatusConflict
 	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrStorageFull), errors.Is(err, queue.ErrClosed), errors.Is(err, queue.ErrNotOwned),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

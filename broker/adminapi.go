@@ -108,6 +108,11 @@ type Settings struct {
 	RetryBackoff    Duration         `json:"retry_backoff"`
 	RetryBackoffMax Duration         `json:"retry_backoff_max"`
 	DedupWindow     Duration         `json:"dedup_window"`
+	// ReplicationFactor and AckPolicy apply in a cluster; a factor of 0
+	// (and an empty policy) take the cluster's defaults, shown as such by
+	// a node in a cluster.
+	ReplicationFactor int             `json:"replication_factor"`
+	AckPolicy         queue.AckPolicy `json:"ack_policy"`
 }
 
 func settingsOf(o queue.Options) Settings {
@@ -116,6 +121,7 @@ func settingsOf(o queue.Options) Settings {
 		MaxDeliveries: o.MaxDeliveries, Prefetch: o.Prefetch, Durability: o.Durability, QoS0: o.QoS0,
 		MaxAge: Duration(o.MaxAge), MaxMessages: o.MaxMessages, MaxBytes: o.MaxBytes, Overflow: o.Overflow,
 		RetryBackoff: Duration(o.RetryBackoff), RetryBackoffMax: Duration(o.RetryBackoffMax), DedupWindow: Duration(o.DedupWindow),
+		ReplicationFactor: o.ReplicationFactor, AckPolicy: o.AckPolicy,
 	}
 }
 
@@ -126,6 +132,7 @@ func (s Settings) Options() queue.Options {
 		MaxDeliveries: s.MaxDeliveries, Prefetch: s.Prefetch, Durability: s.Durability, QoS0: s.QoS0,
 		MaxAge: time.Duration(s.MaxAge), MaxMessages: s.MaxMessages, MaxBytes: s.MaxBytes, Overflow: s.Overflow,
 		RetryBackoff: time.Duration(s.RetryBackoff), RetryBackoffMax: time.Duration(s.RetryBackoffMax), DedupWindow: time.Duration(s.DedupWindow),
+		ReplicationFactor: s.ReplicationFactor, AckPolicy: s.AckPolicy,
 	}
 }
 

@@ -93,7 +93,8 @@ func (c *testCluster) waitFigures(queue string, within time.Duration, ok func(qu
 // their replicated logs: 10 dead letters replayed show as 10 more lag of
 // their group in every node's view; a purge leaves depth 0 everywhere, and
 // still after the leader of a partition is killed; a group with a
-// consumer connected is not deleted (409), then is, everywhere. A purge
+// consumer connected is not deleted (409), then is, everywhere; the
+// replication factor changes at run time (3 to 2; 3 to 1 refused). A purge
 // of a queue of one replica per partition whose owner is down answers 503
 // naming those partitions and saying which were purged.
 func TestAdminChangesAcrossNodes(t *testing.T) {
@@ -193,6 +194,37 @@ func TestAdminChangesAcrossNodes(t *testing.T) {
 	c.waitFigures("jobs", 5*time.Second, func(f queueFigures) bool { _, ok := f.lag("g"); return !ok }, live...)
 	if status, body := c.call(x, http.MethodDelete, "/api/v1/queues/jobs/groups/g", ""); status != http.StatusNotFound {
 		t.Fatalf("deleting the deleted group: HTTP %d %s, want 404", status, body)
+	}
+
+	// Replication settings change at run time: with 2 replicas, the
+	// partitions of jobs drop the dead node's replica at once (with 3
+	// they would keep it for cluster.replace_after, a minute).
+	if status, body := c.call(x, http.MethodPut, "/api/v1/queues/jobs", `{"replication_factor": 1}`); status != http.StatusConflict {
+		t.Fatalf("replication factor 3 to 1: HTTP %d %s, want 409", status, body)
+	}
+	c.admin(x, http.MethodPut, "/api/v1/queues/jobs", `{"replication_factor": 2, "ack_policy": "leader"}`)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		o := c.owners("jobs")
+		if len(o) == 2 && sameNodes(o[0].Replicas, live) && sameNodes(o[1].Replicas, live) && len(o[0].Learners)+len(o[1].Learners) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs with 2 replicas still has %v 20s later, want %v each", o, live)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range live {
+		status, body := c.call(n, http.MethodGet, "/api/v1/queues/jobs", "")
+		var v struct {
+			Settings struct {
+				ReplicationFactor int    `json:"replication_factor"`
+				AckPolicy         string `json:"ack_policy"`
+			} `json:"settings"`
+		}
+		if status != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Settings.ReplicationFactor != 2 || v.Settings.AckPolicy != "leader" {
+			t.Errorf("node %s shows jobs: HTTP %d %s; want replication_factor 2, ack_policy leader", n, status, body)
+		}
 	}
 
 	// A purge of solo with the owner of some of its partitions down.

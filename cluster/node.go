@@ -219,13 +219,7 @@ func (n *Node) replicationFactor(name string) int {
 		rf = qi.Declared.ReplicationFactor
 	}
 	n.mu.Unlock()
-	if rf == 0 && n.opts.QueueOptions != nil {
-		rf = n.opts.QueueOptions(name).ReplicationFactor
-	}
-	if rf == 0 {
-		rf = DefaultReplicationFactor
-	}
-	return rf
+	return n.effectiveFactor(name, rf)
 }
 
 // ackPolicy returns the ack_policy of the named queue: the catalog's

@@ -262,6 +262,34 @@ func (n *Node) SetAddrs(mqtt, http string) {
 	n.opts.MQTT, n.opts.HTTP = mqtt, http
 }
 
+// ErrReplicationChange is DeclareQueue's error for a change of a queue's
+// replication factor from 1 to more, or back: its partitions would change
+// how they are kept (one owner fenced by etcd, or a raft group).
+var ErrReplicationChange = errors.New("cluster: replication factor cannot change between 1 and more")
+
+// Replication returns the replication factor and the ack policy queue
+// name has in the cluster: its own, or the defaults.
+func (n *Node) Replication(name string) (int, queue.AckPolicy) {
+	return n.replicationFactor(name), n.ackPolicy(name)
+}
+
+// effectiveFactor is the replication factor a declaration of rf (0: the
+// default) gives queue name.
+func (n *Node) effectiveFactor(name string, rf int) int {
+	switch {
+	case n.raft == nil:
+		return 1
+	case rf > 0:
+		return rf
+	}
+	if n.opts.QueueOptions != nil {
+		if d := n.opts.QueueOptions(name).ReplicationFactor; d > 0 {
+			return d
+		}
+	}
+	return DefaultReplicationFactor
+}
+
 // DeclareQueue declares a queue's settings for the whole cluster (the
 // admin API): recorded in the catalog, applied here at once and by every
 // node as it sees the change. A partition count that differs from the
@@ -290,6 +318,10 @@ func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (
 			if have.Partitions != o.Partitions {
 				return nil, false, fmt.Errorf("%w: queue %q has %d partitions in the cluster, asked for %d",
 					queue.ErrPartitionsChanged, name, have.Partitions, o.Partitions)
+			}
+			if was, will := n.replicationFactor(name), n.effectiveFactor(name, o.ReplicationFactor); (was == 1) != (will == 1) {
+				return nil, false, fmt.Errorf("%w: queue %q has %d replicas per partition, asked for %d: a queue keeps one replica or several for its life; declare a new queue and move its consumers to it",
+					ErrReplicationChange, name, was, will)
 			}
 			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
 		}

@@ -93,7 +93,7 @@ func dash(s string) string {
 	return s
 }
 
-const clusterDevUsage = `usage: shardq cluster dev [--nodes N] [--dir DIR] [flags]
+const clusterDevUsage = `usage: shardq cluster dev [--nodes N] [--dir DIR] [--config FILE] [flags]
 
 Runs a cluster on this machine, to try one: an embedded etcd and N nodes
 (node-1 ... node-N) in this process, on loopback. Node i (from 0) listens
@@ -105,8 +105,11 @@ Ctrl-C (SIGINT or SIGTERM) stops the nodes one by one, each handing its
 partitions to those still running, then etcd. Each node keeps its data in
 DIR/node-i and etcd in DIR/etcd: run it again with the same --dir and the
 nodes find their queues; without --dir, a temporary directory is used and
-removed at exit. Clients need no credentials and the admin API no token:
-everything listens on 127.0.0.1 only. Production runs shardq serve --etcd
+removed at exit. With --config, every node takes its settings from FILE
+(queues, limits, cluster settings, as shardq serve reads it) except its
+node id, data directory, listeners and etcd, which cluster dev sets.
+Without a token or users in FILE, clients need no credentials and the
+admin API no token: everything listens on 127.0.0.1 only. Production runs shardq serve --etcd
 against an external etcd (see the README, Running a cluster).
 `
 
@@ -120,6 +123,7 @@ func clusterDev(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	clusterPort := c.flags.Int("cluster-port", 9001, "the cluster (gRPC) `PORT` of node-1; node i+1 gets PORT+i")
 	etcdPort := c.flags.Int("etcd-port", 0, "etcd's client `PORT` (default a free one)")
 	level := c.flags.String("log-level", "warn", "the least `LEVEL` the nodes log, on stderr: debug, info, warn or error")
+	file := c.flags.String("config", "", "the YAML config `FILE` every node takes its settings from (default the built-in ones)")
 	if code := c.parseNoArgs(args, getenv, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -129,6 +133,13 @@ func clusterDev(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return c.fail(stderr, "--log-level: want debug, info, warn or error, got %q", *level)
+	}
+	load := func() (*config.Config, error) { return config.Default(), nil }
+	if *file != "" {
+		load = func() (*config.Config, error) { return config.Load([]string{"--config", *file}, nil) }
+		if _, err := load(); err != nil {
+			return c.fail(stderr, "--config: %v", err)
+		}
 	}
 	if err := checkPorts(*nodes, map[string]int{"--base-port": *mqttPort, "--http-port": *httpPort, "--cluster-port": *clusterPort, "--etcd-port": *etcdPort}); err != nil {
 		return c.fail(stderr, "%v", err)
@@ -182,7 +193,12 @@ func clusterDev(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	}
 	for i := range *nodes {
 		id := fmt.Sprintf("node-%d", i+1)
-		cfg := config.Default()
+		cfg, err := load()
+		if err != nil {
+			fmt.Fprintf(stderr, "shardq cluster dev: %s: %v\n", id, err)
+			stop()
+			return 1
+		}
 		cfg.NodeID = id
 		cfg.DataDir = filepath.Join(root, id)
 		cfg.MQTT, cfg.WS, cfg.HTTP = port(*mqttPort, i), "", port(*httpPort, i)

@@ -30,7 +30,12 @@ func TestClusterDev(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "cluster", "dev", "--nodes", "3", "--base-port", "0", "--http-port", "0", "--cluster-port", "0")
+	// The config file declares a queue with 2 replicas per partition.
+	file := filepath.Join(t.TempDir(), "shardq.yaml")
+	if err := os.WriteFile(file, []byte("queues:\n  declared:\n    pairs:\n      partitions: 2\n      replication_factor: 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "cluster", "dev", "--nodes", "3", "--base-port", "0", "--http-port", "0", "--cluster-port", "0", "--config", file)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -108,13 +113,16 @@ func TestClusterDev(t *testing.T) {
 		// Owned and on all three nodes: a queue created while the node
 		// that created it saw fewer members gains its third replica as
 		// soon as it sees the third.
-		owned := 0
+		owned, pairs := 0, 0
 		for _, p := range st.Partitions {
 			if p.Queue == "jobs" && p.Owner != "" && len(p.Replicas) == 3 && len(p.InSync) == 3 {
 				owned++
 			}
+			if p.Queue == "pairs" && p.Owner != "" && len(p.Replicas) == 2 && len(p.InSync) == 2 {
+				pairs++
+			}
 		}
-		return owned == 8
+		return owned == 8 && pairs == 2
 	})
 	if !st.Clustered || len(st.Nodes) != 3 {
 		t.Fatalf("cluster status: %+v", st)
@@ -127,6 +135,9 @@ func TestClusterDev(t *testing.T) {
 		}
 	}
 	for _, p := range st.Partitions {
+		if p.Queue != "jobs" {
+			continue
+		}
 		// Replicated on every node (replication factor 3, the default of
 		// a cluster), owned by one of them.
 		if !slices.Contains(ids, p.Owner) || p.Epoch < 1 || len(p.Replicas) != 3 || !slices.Contains(p.Replicas, p.Owner) || !slices.Contains(p.InSync, p.Owner) {
@@ -141,7 +152,7 @@ func TestClusterDev(t *testing.T) {
 	}
 	// Any node lists the queue with the whole cluster's figures.
 	list := jsonOf[broker.QueueList](t, must(t, "queues", "--json", "--server", found[2][3]))
-	if len(list.Queues) != 1 || list.Queues[0].Depth != 1 || len(list.NodesMissing) != 0 {
+	if len(list.Queues) != 2 || list.Queues[0].Name != "jobs" || list.Queues[0].Depth != 1 || len(list.NodesMissing) != 0 {
 		t.Errorf("queues from node-3: %+v", list)
 	}
 
@@ -186,6 +197,7 @@ func TestClusterStatusSingleNode(t *testing.T) {
 	fails(t, 2, "--nodes: want 1 to 9", "cluster", "dev", "--nodes", "12")
 	fails(t, 2, "both take port", "cluster", "dev", "--base-port", "8990")
 	fails(t, 2, "unexpected argument", "cluster", "dev", "now")
+	fails(t, 2, "cannot read the config file", "cluster", "dev", "--config", filepath.Join(t.TempDir(), "none.yaml"))
 }
 
 // TestClusterCommandsUsage checks the mistakes in the arguments of the
