@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -55,8 +56,11 @@ type plainHook struct {
 	routeIDs map[string]*routeClient // by client ID; fixed once attached
 
 	// served holds, from OnSelectSubscribers to OnPublished, the shared
-	// subscriptions served here for the publish of a client under way.
-	served sync.Map // client ID -> servedHere
+	// subscriptions served here for the publish of a client under way;
+	// retainedIDs, from OnPublish to OnPublished, the record of its
+	// retained publish.
+	served      sync.Map // client ID -> servedHere
+	retainedIDs sync.Map // client ID -> retainedHere
 
 	mu      sync.Mutex
 	subs    map[string]map[string]bool // plain filters subscribed here, by client ID
@@ -392,10 +396,30 @@ func (h *plainHook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 
 // OnPublish starts a client's publish: nothing is served here for it yet.
 func (h *plainHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if !h.isRoute(cl) {
-		h.served.Delete(cl.ID)
+	if h.isRoute(cl) {
+		return pk, nil
+	}
+	h.served.Delete(cl.ID)
+	h.retainedIDs.Delete(cl.ID)
+	if pk.FixedHeader.Retain && pk.TopicName != "" && !queue.IsQueueTopic(pk.TopicName) && h.server.Options.Capabilities.RetainAvailable != 0 {
+		// Recorded cluster-wide before it is acknowledged (cluster/retained.go).
+		id := h.node.Retain(cluster.PlainMessage{Topic: pk.TopicName, Payload: pk.Payload, QoS: pk.FixedHeader.Qos, Retain: true,
+			Properties: encodePlainProps(pk.Properties), Origin: cl.ID}, retainWait)
+		h.retainedIDs.Store(cl.ID, retainedHere{topic: pk.TopicName, id: id})
 	}
 	return pk, nil
+}
+
+// retainWait bounds how long a retained publish waits for its record in
+// etcd before it is acknowledged (etcd out of reach: it is recorded once
+// etcd is back).
+const retainWait = 2 * time.Second
+
+// retainedHere is the record of a retained publish made here, from
+// OnPublish to OnPublished.
+type retainedHere struct {
+	topic string
+	id    cluster.RetainedID
 }
 
 // OnWill starts a will like OnPublish a publish.
@@ -455,8 +479,12 @@ func (h *plainHook) route(cl *mqtt.Client, pk packets.Packet) {
 	if s, ok := v.(servedHere); ok && s.topic == pk.TopicName {
 		local = s.groups
 	}
-	h.node.RoutePlain(cluster.PlainMessage{Topic: pk.TopicName, Payload: pk.Payload, QoS: pk.FixedHeader.Qos,
-		Retain: pk.FixedHeader.Retain, Properties: encodePlainProps(pk.Properties), Origin: pk.Origin}, local)
+	m := cluster.PlainMessage{Topic: pk.TopicName, Payload: pk.Payload, QoS: pk.FixedHeader.Qos,
+		Retain: pk.FixedHeader.Retain, Properties: encodePlainProps(pk.Properties), Origin: pk.Origin}
+	if r, ok := h.retainedIDs.LoadAndDelete(cl.ID); ok && r.(retainedHere).topic == pk.TopicName {
+		m.Retained = r.(retainedHere).id
+	}
+	h.node.RoutePlain(m, local)
 }
 
 // Deliver implements cluster.PlainHandler: it publishes the messages
@@ -470,7 +498,8 @@ func (h *plainHook) Deliver(msgs []cluster.PlainMessage) {
 	}
 }
 
-func (h *plainHook) deliver(rc *routeClient, m *cluster.PlainMessage) {
+// packetOf returns the publish packet of a message from another node.
+func packetOf(m *cluster.PlainMessage) (packets.Packet, error) {
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: m.QoS, Retain: m.Retain},
 		TopicName:   m.Topic,
@@ -480,25 +509,91 @@ func (h *plainHook) deliver(rc *routeClient, m *cluster.PlainMessage) {
 	if len(m.Properties) > 0 {
 		p, err := decodePlainProps(m.Properties)
 		if err != nil {
-			h.log.Warn("routed publish with unreadable properties; dropped", "topic", m.Topic, "err", err)
-			return
+			return pk, err
 		}
 		pk.Properties = p
+	}
+	return pk, nil
+}
+
+func (h *plainHook) deliver(rc *routeClient, m *cluster.PlainMessage) {
+	pk, err := packetOf(m)
+	if err != nil {
+		h.log.Warn("routed publish with unreadable properties; dropped", "topic", m.Topic, "err", err)
+		return
 	}
 	if m.SharedOnly && !servesAny(h.server.Topics.Subscribers(m.Topic), m.Groups) {
 		// Nobody here to deliver to (mochi would give it to every plain
 		// subscriber): a retained message is only stored.
 		if m.Retain {
 			h.retain(rc, pk)
+			h.node.CheckRetained(*m)
 		}
 		return
 	}
 	rc.cur.Store(m)
-	err := h.server.InjectPacket(rc.cl, pk)
+	err = h.server.InjectPacket(rc.cl, pk)
 	rc.cur.Store(nil)
 	if err != nil {
 		h.log.Warn("routed publish not delivered", "topic", m.Topic, "err", err)
 	}
+	if m.Retain {
+		h.node.CheckRetained(*m)
+	}
+}
+
+// Retained implements cluster.PlainHandler: it stores the retained
+// messages the cluster records, and with all clears the others, in
+// mochi's store and in this node's storage, which mochi reads at start.
+func (h *plainHook) Retained(msgs []cluster.PlainMessage, all bool) {
+	if h.server.Options.Capabilities.RetainAvailable == 0 {
+		return
+	}
+	rc := <-h.routes
+	defer func() { h.routes <- rc }()
+	recorded := map[string]bool{} // a tombstone included
+	for i := range msgs {
+		m := &msgs[i]
+		pk, err := packetOf(m)
+		if err != nil {
+			h.log.Warn("retained record with unreadable properties; skipped", "topic", m.Topic, "err", err)
+			continue
+		}
+		recorded[m.Topic] = true
+		if len(m.Payload) == 0 {
+			h.clearRetained(rc, m.Topic)
+			continue
+		}
+		h.retain(rc, pk)
+	}
+	if !all {
+		return
+	}
+	// A retained message here that the cluster never recorded (published
+	// here while etcd was out of reach, or kept from before the cluster
+	// recorded them) is recorded now.
+	here := map[string]packets.Packet{}
+	if stored, err := h.sessions.StoredRetainedMessages(); err == nil {
+		for _, m := range stored {
+			here[m.TopicName] = m.ToPacket()
+		}
+	}
+	maps.Copy(here, h.server.Topics.Retained.GetAll())
+	for topic, pk := range here {
+		if !recorded[topic] && len(pk.Payload) > 0 {
+			h.node.Retain(cluster.PlainMessage{Topic: topic, Payload: pk.Payload, QoS: pk.FixedHeader.Qos, Retain: true,
+				Properties: encodePlainProps(pk.Properties), Origin: pk.Origin}, 0)
+		}
+	}
+}
+
+// clearRetained clears a topic's retained message here, in mochi's store
+// and in storage.
+func (h *plainHook) clearRetained(rc *routeClient, topic string) {
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true}, TopicName: topic}
+	h.server.Topics.RetainMessage(pk)
+	h.sessions.OnRetainMessage(rc.cl, pk, -1)
+	atomic.StoreInt64(&h.server.Info.Retained, int64(h.server.Topics.Retained.Len()))
 }
 
 // servesAny reports whether one of the shared subscriptions named has

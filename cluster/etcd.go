@@ -429,7 +429,12 @@ func (n *Node) watch(rev int64) {
 			}
 			n.mu.Lock()
 			ownership := false
+			var retained []PlainMessage
 			for _, ev := range wr.Events {
+				if key := string(ev.Kv.Key); retainedKey(n.keys, key) {
+					retained = append(retained, n.retainedRecord(key, ev.Type == mvccpb.Event_PUT, ev.Kv.Value))
+					continue
+				}
 				ownership = ownership || !plainKey(n.keys, string(ev.Kv.Key))
 				if topologyKey(n.keys, string(ev.Kv.Key)) {
 					n.topology.Add(1)
@@ -445,6 +450,9 @@ func (n *Node) watch(rev int64) {
 			}
 			n.view.rev = wr.Header.Revision
 			n.mu.Unlock()
+			if len(retained) > 0 {
+				n.applyRetained(retained, false)
+			}
 			if ownership {
 				// Interest and client ids (plain MQTT) change with every
 				// connection: they need no reconcile of the partitions.
@@ -462,13 +470,19 @@ func (n *Node) loadView(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	v := newView()
+	retained := []PlainMessage{}
 	for _, kv := range resp.Kvs {
+		if key := string(kv.Key); retainedKey(n.keys, key) {
+			retained = append(retained, n.retainedRecord(key, true, kv.Value))
+			continue
+		}
 		value := kv.Value
 		if value == nil {
 			value = []byte{}
 		}
 		v.apply(n.keys, string(kv.Key), value, kv.ModRevision)
 	}
+	n.applyRetained(retained, true)
 	v.rev = resp.Header.Revision
 	n.mu.Lock()
 	v.leaving = n.view.leaving

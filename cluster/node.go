@@ -114,6 +114,7 @@ type Node struct {
 	// (origins.go).
 	origins   *origins
 	run       uint64
+	retained  *retainedState // retained messages in etcd (retained.go)
 	originSeq atomic.Uint64
 	// unreachable is why a member cannot be reached, nil when every one
 	// can (checkPeers). Guarded by mu.
@@ -199,6 +200,7 @@ func New(o Options) (*Node, error) {
 		changed: make(chan struct{}, 1), notify: make(chan struct{}), view: newView(),
 		origins: newOrigins(), run: rand.Uint64()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.retained = newRetainedState(n)
 	if o.RaftStore != nil {
 		n.raft = newRaftHost(n, o.RaftStore)
 	}

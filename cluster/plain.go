@@ -54,6 +54,11 @@ type PlainHandler interface {
 	// dropped. It returns the session, encoded by the handler, and whether
 	// there was one.
 	TakeOver(clientID, node string) (session []byte, found bool)
+	// Retained stores the retained messages of msgs as the cluster records
+	// them (an empty payload clears its topic's), in order; with all,
+	// msgs are every record, and the retained messages here of the other
+	// topics are cleared (retained.go).
+	Retained(msgs []PlainMessage, all bool)
 }
 
 // PlainMessage is a publish on a plain topic.
@@ -69,6 +74,9 @@ type PlainMessage struct {
 	// and, unless SharedOnly, every plain subscriber.
 	SharedOnly bool
 	Groups     []string
+	// Retained names a retained publish (retained.go); zero for others,
+	// and for one routed by a node that records none.
+	Retained RetainedID
 }
 
 // ErrSessionOfOtherUser is returned by ClaimClient when the client ID
@@ -496,7 +504,8 @@ func (n *Node) SetInterest(filters []string) {
 // RoutePlain sends a publish made here on a plain topic to the other
 // nodes: to each node with a plain subscriber of the topic, to one node
 // with members of each shared subscription not served here (local names
-// those this node served), and, when retained, to every node. It does not
+// those this node served), and, when retained, to every node (recorded
+// in etcd unless Retain recorded it already: m.Retained). It does not
 // wait. A node's filters go with its lease, so a node is a target for as
 // long as it holds it (a node leaving still serves its clients).
 func (n *Node) RoutePlain(m PlainMessage, local []string) {
@@ -556,9 +565,14 @@ func (n *Node) RoutePlain(m PlainMessage, local []string) {
 			targets[id] = &target{sharedOnly: true}
 		}
 	}
-	for id, t := range targets {
-		p.router(id).push(&pb.RoutedPublish{Topic: m.Topic, Payload: m.Payload, Qos: uint32(m.QoS), Retain: m.Retain,
-			SharedOnly: t.sharedOnly, Groups: t.groups, Properties: m.Properties, Origin: m.Origin})
+	id := m.Retained
+	if m.Retain && id == (RetainedID{}) {
+		id = n.Retain(m, 0) // not recorded before (a will)
+	}
+	for node, t := range targets {
+		p.router(node).push(&pb.RoutedPublish{Topic: m.Topic, Payload: m.Payload, Qos: uint32(m.QoS), Retain: m.Retain,
+			SharedOnly: t.sharedOnly, Groups: t.groups, Properties: m.Properties, Origin: m.Origin,
+			RetainedRun: id.Run, RetainedSeq: id.Seq})
 	}
 }
 
@@ -712,7 +726,8 @@ func (s *server) Route(stream pb.Node_RouteServer) error {
 		msgs := make([]PlainMessage, len(b.Publishes))
 		for i, rp := range b.Publishes {
 			msgs[i] = PlainMessage{Topic: rp.Topic, Payload: rp.Payload, QoS: byte(rp.Qos), Retain: rp.Retain,
-				Properties: rp.Properties, Origin: rp.Origin, SharedOnly: rp.SharedOnly, Groups: rp.Groups}
+				Properties: rp.Properties, Origin: rp.Origin, SharedOnly: rp.SharedOnly, Groups: rp.Groups,
+				Retained: RetainedID{rp.RetainedRun, rp.RetainedSeq}}
 		}
 		h.Deliver(msgs)
 	}

@@ -1563,10 +1563,14 @@ type RoutedPublish struct {
 	Retain  bool                   `protobuf:"varint,4,opt,name=retain,proto3" json:"retain,omitempty"`
 	// Every local subscriber, or (shared_only) only those of the shared
 	// groups named.
-	SharedOnly    bool     `protobuf:"varint,5,opt,name=shared_only,json=sharedOnly,proto3" json:"shared_only,omitempty"`
-	Groups        []string `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`         // $share groups this node must serve
-	Properties    []byte   `protobuf:"bytes,7,opt,name=properties,proto3" json:"properties,omitempty"` // the MQTT 5 publish properties, encoded
-	Origin        string   `protobuf:"bytes,8,opt,name=origin,proto3" json:"origin,omitempty"`         // the publishing client's ID
+	SharedOnly bool     `protobuf:"varint,5,opt,name=shared_only,json=sharedOnly,proto3" json:"shared_only,omitempty"`
+	Groups     []string `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`         // $share groups this node must serve
+	Properties []byte   `protobuf:"bytes,7,opt,name=properties,proto3" json:"properties,omitempty"` // the MQTT 5 publish properties, encoded
+	Origin     string   `protobuf:"bytes,8,opt,name=origin,proto3" json:"origin,omitempty"`         // the publishing client's ID
+	// retained_run and retained_seq name a retained publish: the run of the
+	// node it was made on and its number there (cluster/retained.go).
+	RetainedRun   uint64 `protobuf:"fixed64,9,opt,name=retained_run,json=retainedRun,proto3" json:"retained_run,omitempty"`
+	RetainedSeq   uint64 `protobuf:"varint,10,opt,name=retained_seq,json=retainedSeq,proto3" json:"retained_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1655,6 +1659,20 @@ func (x *RoutedPublish) GetOrigin() string {
 		return x.Origin
 	}
 	return ""
+}
+
+func (x *RoutedPublish) GetRetainedRun() uint64 {
+	if x != nil {
+		return x.RetainedRun
+	}
+	return 0
+}
+
+func (x *RoutedPublish) GetRetainedSeq() uint64 {
+	if x != nil {
+		return x.RetainedSeq
+	}
+	return 0
 }
 
 type RouteBatch struct {
@@ -2693,7 +2711,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04from\x18\x06 \x01(\tR\x04from\x12#\n" +
 	"\rraft_snapshot\x18\a \x01(\bR\fraftSnapshot\"C\n" +
 	"\x0eImportResponse\x121\n" +
-	"\x06result\x18\x01 \x01(\v2\x19.shardq.cluster.v1.ResultR\x06result\"\xda\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x19.shardq.cluster.v1.ResultR\x06result\"\xa0\x02\n" +
 	"\rRoutedPublish\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x10\n" +
@@ -2705,7 +2723,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"properties\x18\a \x01(\fR\n" +
 	"properties\x12\x16\n" +
-	"\x06origin\x18\b \x01(\tR\x06origin\"L\n" +
+	"\x06origin\x18\b \x01(\tR\x06origin\x12!\n" +
+	"\fretained_run\x18\t \x01(\x06R\vretainedRun\x12!\n" +
+	"\fretained_seq\x18\n" +
+	" \x01(\x04R\vretainedSeq\"L\n" +
 	"\n" +
 	"RouteBatch\x12>\n" +
 	"\tpublishes\x18\x01 \x03(\v2 .shardq.cluster.v1.RoutedPublishR\tpublishes\"\x0f\n" +
