@@ -21,6 +21,7 @@ import (
 	"github.com/shardq/shardq/cluster"
 	"github.com/shardq/shardq/hooks"
 	"github.com/shardq/shardq/queue"
+	"github.com/shardq/shardq/storage/badger"
 )
 
 // plainHook is the broker's side of ordinary MQTT across the nodes of a
@@ -91,6 +92,7 @@ type movedSession struct {
 	User     string            `json:"user,omitempty"`
 	Version  byte              `json:"version"`
 	Clean    bool              `json:"clean,omitempty"`
+	Expiry   uint32            `json:"expiry,omitempty"` // the session expiry interval (MQTT 5)
 	Subs     []subRecord       `json:"subs,omitempty"`
 	Inflight []storage.Message `json:"inflight,omitempty"`
 }
@@ -285,31 +287,97 @@ func (h *plainHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	if _, ok := h.server.Clients.Get(cl.ID); ok {
 		return
 	}
-	old := h.server.NewClient(nil, cl.Net.Listener, cl.ID, false)
+	h.offlineSession(cl.ID, cl.Net.Listener, cl.Properties.Username, st)
+	h.mu.Lock()
+	h.adopted[cl] = st
+	h.mu.Unlock()
+	h.log.Debug("session taken over from another node", "client", cl.ID, "subscriptions", len(st.Subs), "inflight", len(st.Inflight))
+}
+
+// offlineSession makes st the session of clientID here, offline: its
+// subscriptions and undelivered messages, which mochi resumes when the
+// client connects, as it resumes a stored session.
+func (h *plainHook) offlineSession(clientID, listener string, username []byte, st *movedSession) *mqtt.Client {
+	old := h.server.NewClient(nil, listener, clientID, false)
 	old.Properties.ProtocolVersion = st.Version
-	old.Properties.Username = cl.Properties.Username
+	old.Properties.Username = username
+	old.Properties.Clean = st.Clean
+	if st.Version == 5 {
+		old.Properties.Props.SessionExpiryInterval, old.Properties.Props.SessionExpiryIntervalFlag = st.Expiry, true
+	}
 	for _, rec := range st.Subs {
 		sub := packets.Subscription{Filter: rec.Sub.Filter, Qos: rec.Sub.Qos, Identifier: rec.Sub.Identifier,
 			NoLocal: rec.Sub.NoLocal, RetainHandling: rec.Sub.RetainHandling, RetainAsPublished: rec.Sub.RetainAsPublished}
 		old.State.Subscriptions.Add(sub.Filter, sub)
 		if queue.IsQueueTopic(sub.Filter) {
-			h.queues.RestoreSubscription(cl.ID, sub.Filter, rec.Props)
+			h.queues.RestoreSubscription(clientID, sub.Filter, rec.Props)
 			continue
 		}
-		if h.server.Topics.Subscribe(cl.ID, sub) {
+		if h.server.Topics.Subscribe(clientID, sub) {
 			atomic.AddInt64(&h.server.Info.Subscriptions, 1)
 		}
-		h.addInterest(cl.ID, sub.Filter)
+		h.addInterest(clientID, sub.Filter)
 	}
 	for _, m := range st.Inflight {
 		old.State.Inflight.Set(m.ToPacket())
 	}
 	old.Stop(packets.ErrSessionTakenOver)
 	h.server.Clients.Add(old)
+	return old
+}
+
+// Adopt implements cluster.PlainHandler: it holds, offline, the session
+// of a client whose node left the cluster, records the client ID and the
+// session for this node, and stores the session here as mochi stores one.
+func (h *plainHook) Adopt(clientID, user string, data []byte) bool {
+	st := &movedSession{}
+	if err := json.Unmarshal(data, st); err != nil {
+		h.log.Error("a session recorded in the cluster unreadable; not adopted", "client", clientID, "err", err)
+		return false
+	}
+	if _, ok := h.server.Clients.Get(clientID); ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	c, holder, err := h.node.ClaimRestored(ctx, clientID, user)
+	cancel()
+	if err != nil || holder != "" {
+		return false
+	}
+	cl := h.offlineSession(clientID, "cluster", []byte(user), st)
 	h.mu.Lock()
-	h.adopted[cl] = st
+	h.claims[cl] = c
 	h.mu.Unlock()
-	h.log.Debug("session taken over from another node", "client", cl.ID, "subscriptions", len(st.Subs), "inflight", len(st.Inflight))
+	// Stored here as if the client had connected and left.
+	h.sessions.OnSessionEstablished(cl, packets.Packet{})
+	for _, rec := range st.Subs {
+		sub := packets.Subscription{Filter: rec.Sub.Filter, Qos: rec.Sub.Qos, Identifier: rec.Sub.Identifier,
+			NoLocal: rec.Sub.NoLocal, RetainHandling: rec.Sub.RetainHandling, RetainAsPublished: rec.Sub.RetainAsPublished}
+		h.sessions.OnSubscribed(cl, packets.Packet{Filters: packets.Subscriptions{sub}, Properties: packets.Properties{User: rec.Props}},
+			[]byte{sub.Qos})
+	}
+	if v, err := encodeClient(cl, cl.StopTime()); err == nil {
+		h.sessions.write("session", clientID, badger.SessionWrite{Record: badger.SessionClient, Owner: clientID, Value: v})
+	}
+	h.node.SaveSession(clientID, user, data)
+	return true
+}
+
+// saveSession records in the cluster the session of cl, when it outlives
+// its connection, or drops its record.
+func (h *plainHook) saveSession(cl *mqtt.Client) {
+	if !outlives(cl) {
+		h.node.DropSession(cl.ID)
+		return
+	}
+	st := h.sessionOf(cl)
+	st.Inflight = nil // what is queued for the session stays here
+	data, err := json.Marshal(st)
+	if err != nil {
+		h.log.Error("a session's record not encoded", "client", cl.ID, "err", err)
+		return
+	}
+	h.node.SaveSession(cl.ID, string(cl.Properties.Username), data)
 }
 
 // OnSessionEstablished stores a session taken over from another node
@@ -327,6 +395,7 @@ func (h *plainHook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 		cl.Stop(packets.ErrSessionTakenOver)
 		return
 	}
+	defer h.saveSession(cl)
 	if st == nil || !h.sessions.isStored(cl.ID) {
 		return
 	}
@@ -358,6 +427,9 @@ func (h *plainHook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 		close(done)
 		return
 	}
+	if release {
+		h.node.DropSession(cl.ID) // before the client ID: nobody adopts it
+	}
 	if release && c != nil {
 		h.node.ReleaseClient(c)
 	}
@@ -366,6 +438,7 @@ func (h *plainHook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 // OnClientExpired forgets an expired session.
 func (h *plainHook) OnClientExpired(cl *mqtt.Client) {
 	h.dropInterest(cl.ID, "")
+	h.node.DropSession(cl.ID)
 	h.mu.Lock()
 	c := h.claims[cl]
 	delete(h.claims, cl)
@@ -382,6 +455,9 @@ func (h *plainHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes
 			h.addInterest(cl.ID, f.Filter)
 		}
 	}
+	if outlives(cl) {
+		h.saveSession(cl)
+	}
 }
 
 // OnUnsubscribed forgets the filters removed (mochi also calls it when a
@@ -391,6 +467,9 @@ func (h *plainHook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 		if f.Filter != "" {
 			h.dropInterest(cl.ID, f.Filter)
 		}
+	}
+	if outlives(cl) {
+		h.saveSession(cl)
 	}
 }
 
@@ -665,7 +744,8 @@ func (h *plainHook) TakeOver(clientID, node string) ([]byte, bool) {
 
 // sessionOf returns the session of cl as it moves to another node.
 func (h *plainHook) sessionOf(cl *mqtt.Client) *movedSession {
-	st := &movedSession{User: string(cl.Properties.Username), Version: cl.Properties.ProtocolVersion, Clean: cl.Properties.Clean}
+	st := &movedSession{User: string(cl.Properties.Username), Version: cl.Properties.ProtocolVersion, Clean: cl.Properties.Clean,
+		Expiry: cl.Properties.Props.SessionExpiryInterval}
 	for filter, sub := range cl.State.Subscriptions.GetAll() {
 		rec := subRecord{Sub: storage.Subscription{Filter: filter, Qos: sub.Qos, Identifier: sub.Identifier,
 			NoLocal: sub.NoLocal, RetainHandling: sub.RetainHandling, RetainAsPublished: sub.RetainAsPublished}}

@@ -20,13 +20,24 @@ import (
 // in flight each, so that a stalled partition does not hold the others'
 // PUBACKs back). Run with
 //
-//	go test ./cluster -run '^$' -bench FailoverPause -benchtime 5x -timeout 30m
+//	go test ./cluster -run '^$' -bench FailoverPause -benchtime 20x -timeout 30m
 //
 // For every partition the victim led it takes the time from the pause to
 // the PUBACK 0x00 of the first publish sent after it, and reports p50,
 // p99 and max of those in seconds, and the publishes answered otherwise
-// than 0x00 by the healthy nodes.
-func BenchmarkFailoverPause(b *testing.B) {
+// than 0x00 by the healthy nodes. At the end a group reads the queue:
+// every publish acknowledged must be there once (lost and stored-twice
+// are reported, and fail it).
+func BenchmarkFailoverPause(b *testing.B) { failoverWrites(b, false) }
+
+// BenchmarkFailoverKill is BenchmarkFailoverPause with SIGKILL: the
+// victim is started again once its partitions took writes, and in sync
+// before the next iteration. Run with
+//
+//	go test ./cluster -run '^$' -bench FailoverKill -benchtime 20x -timeout 30m
+func BenchmarkFailoverKill(b *testing.B) { failoverWrites(b, true) }
+
+func failoverWrites(b *testing.B, kill bool) {
 	c := newCluster(b, infoLog)
 	ids := []string{"a", "b", "c"}
 	for _, id := range ids {
@@ -53,6 +64,8 @@ func BenchmarkFailoverPause(b *testing.B) {
 	}
 	var took []time.Duration
 	var refused []string
+	var ackedMu sync.Mutex
+	acked := map[string]bool{} // payloads answered 0x00
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		victim := c.mostOwned("orders")
@@ -86,7 +99,13 @@ func BenchmarkFailoverPause(b *testing.B) {
 					default:
 					}
 					sent := time.Now()
-					code, err := cl.publish("$queue/orders", keys[p], []byte(fmt.Sprintf("%d-%d-%d", i, p, j)))
+					payload := fmt.Sprintf("%d-%d-%d", i, p, j)
+					code, err := cl.publish("$queue/orders", keys[p], []byte(payload))
+					if err == nil && code == 0 {
+						ackedMu.Lock()
+						acked[payload] = true
+						ackedMu.Unlock()
+					}
 					mu.Lock()
 					if !paused.IsZero() && sent.After(paused) {
 						if err == nil && code == 0 {
@@ -105,9 +124,13 @@ func BenchmarkFailoverPause(b *testing.B) {
 		mu.Lock()
 		paused = time.Now()
 		mu.Unlock()
-		c.nodes[victim].signal(syscall.SIGSTOP)
-		time.Sleep(12 * time.Second)
-		c.nodes[victim].signal(syscall.SIGCONT)
+		if kill {
+			c.nodes[victim].kill()
+		} else {
+			c.nodes[victim].signal(syscall.SIGSTOP)
+			time.Sleep(12 * time.Second)
+			c.nodes[victim].signal(syscall.SIGCONT)
+		}
 		// Until every partition the victim led took a publish again.
 		deadline := time.Now().Add(60 * time.Second)
 		for {
@@ -131,12 +154,17 @@ func BenchmarkFailoverPause(b *testing.B) {
 		for k, n := range codes {
 			refused = append(refused, fmt.Sprintf("%s x%d", k, n))
 		}
-		c.nodes[victim].waitReady(b, 30*time.Second)
+		if kill {
+			c.start(victim)
+		} else {
+			c.nodes[victim].waitReady(b, 30*time.Second)
+		}
 		for _, id := range ids {
 			untilInSync(b, c, "orders", id, 60*time.Second)
 		}
 	}
 	b.StopTimer()
+	lost, twice := readBack(b, c, acked)
 	slices.Sort(took)
 	b.Logf("resumed after: %v; not 0x00: %s", took, strings.Join(refused, ", "))
 	q := func(p float64) float64 { return took[int(float64(len(took)-1)*p)].Seconds() }
@@ -144,4 +172,59 @@ func BenchmarkFailoverPause(b *testing.B) {
 	b.ReportMetric(q(0.99), "resume-p99-s")
 	b.ReportMetric(q(1), "resume-max-s")
 	b.ReportMetric(float64(len(refused)), "kinds-not-0x00")
+	b.ReportMetric(float64(lost), "lost")
+	b.ReportMetric(float64(twice), "stored-twice")
+	if lost+twice > 0 {
+		b.Errorf("%d acknowledged publishes lost, %d stored twice", lost, twice)
+	}
+}
+
+// readBack reads every message of orders with a new group and returns how
+// many of the acknowledged payloads are missing and how many payloads are
+// stored at more than one offset.
+func readBack(b *testing.B, c *testCluster, acked map[string]bool) (lost, twice int) {
+	b.Helper()
+	var node string
+	for id := range c.nodes {
+		node = id
+		break
+	}
+	cons := dial(b, c.nodes[node].mqtt, "read-back", 256)
+	cons.subscribe("$share/readback/$queue/orders")
+	// Until every acknowledged payload came and nothing more for a second
+	// (a copy stored twice comes with the rest), or a minute.
+	deadline := time.Now().Add(time.Minute)
+	last, seen := time.Now(), 0
+	for time.Now().Before(deadline) {
+		got := cons.received()
+		if len(got) > seen {
+			seen, last = len(got), time.Now()
+		}
+		if len(got) >= len(acked) && time.Since(last) > time.Second {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ids := map[string]map[string]bool{} // payload -> msg-ids
+	for _, p := range cons.received() {
+		id := ""
+		if p.Properties != nil {
+			id = p.Properties.User.Get("msg-id")
+		}
+		if ids[string(p.Payload)] == nil {
+			ids[string(p.Payload)] = map[string]bool{}
+		}
+		ids[string(p.Payload)][id] = true
+	}
+	for payload := range acked {
+		if ids[payload] == nil {
+			lost++
+		}
+	}
+	for payload, m := range ids {
+		if len(m) > 1 && payload != "warm" {
+			twice++
+		}
+	}
+	return lost, twice
 }

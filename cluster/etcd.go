@@ -98,12 +98,13 @@ type view struct {
 	// placement is the cluster's placement rules (publishPlacement).
 	placement []PlacementRule
 	rev       int64
-	leaving   bool     // this node is leaving: it wants no partition
-	plain     interest // every node's plain topic filters (plain.go)
+	leaving   bool              // this node is leaving: it wants no partition
+	plain     interest          // every node's plain topic filters (plain.go)
+	sessions  map[string]string // the node holding each recorded session, by client ID (sessions.go)
 }
 
 func newView() view {
-	return view{nodes: map[string]NodeInfo{}, known: map[string]bool{}, draining: map[string]bool{}, queues: map[string]QueueInfo{}, owners: map[queue.PartitionID]Ownership{}}
+	return view{nodes: map[string]NodeInfo{}, known: map[string]bool{}, draining: map[string]bool{}, queues: map[string]QueueInfo{}, owners: map[queue.PartitionID]Ownership{}, sessions: map[string]string{}}
 }
 
 // apply records one key's new value (nil: deleted).
@@ -170,6 +171,8 @@ func (v *view) apply(k keys, key string, value []byte, rev int64) {
 		}
 	case "interest": // ordinary MQTT across nodes (plain.go)
 		v.plain.apply(name, value != nil)
+	case "sessions":
+		v.applySession(name, value)
 	}
 }
 
@@ -505,11 +508,11 @@ func topologyKey(k keys, key string) bool {
 	return false
 }
 
-// plainKey reports whether key is one of plain MQTT's: interest or a
-// client id.
+// plainKey reports whether key is one of plain MQTT's: interest, a
+// client id or a session's record.
 func plainKey(k keys, key string) bool {
 	rest, _ := strings.CutPrefix(key, k.prefix)
-	return strings.HasPrefix(rest, "interest/") || strings.HasPrefix(rest, "clients/")
+	return strings.HasPrefix(rest, "interest/") || strings.HasPrefix(rest, "clients/") || strings.HasPrefix(rest, "sessions/")
 }
 
 func (n *Node) changedView() {

@@ -115,6 +115,7 @@ type Node struct {
 	origins   *origins
 	run       uint64
 	retained  *retainedState // retained messages in etcd (retained.go)
+	sessions  *keyWriter     // persistent sessions' records (sessions.go)
 	originSeq atomic.Uint64
 	// unreachable is why a member cannot be reached, nil when every one
 	// can (checkPeers). Guarded by mu.
@@ -201,6 +202,7 @@ func New(o Options) (*Node, error) {
 		origins: newOrigins(), run: rand.Uint64()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.retained = newRetainedState(n)
+	n.sessions = newKeyWriter(n, "sessions")
 	if o.RaftStore != nil {
 		n.raft = newRaftHost(n, o.RaftStore)
 	}

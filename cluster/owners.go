@@ -106,6 +106,9 @@ func (n *Node) reconcileLoop() {
 		n.checkPeers()
 		n.moveBudget = unCounted // counted once a pass needs it
 		n.reconcile(full)
+		if full {
+			n.adoptSessions()
+		}
 	}
 }
 

@@ -59,6 +59,12 @@ type PlainHandler interface {
 	// msgs are every record, and the retained messages here of the other
 	// topics are cleared (retained.go).
 	Retained(msgs []PlainMessage, all bool)
+	// Adopt holds the session of clientID, of user, recorded by a node
+	// that left (sessions.go), as it was encoded by the handler there:
+	// offline, with its subscriptions, until its client connects. It
+	// reports whether it adopted it (false when the client ID is held
+	// already, here or elsewhere).
+	Adopt(clientID, user string, session []byte) bool
 }
 
 // PlainMessage is a publish on a plain topic.

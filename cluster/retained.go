@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
@@ -18,8 +17,9 @@ import (
 // none is lost with the node it was published on.
 //
 //   - A retained publish made here is routed to every member at once, as
-//     any publish (plain.go), and recorded in etcd by one writer per node,
-//     in order, the latest of a topic only; a failed write is tried again.
+//     any publish (plain.go), and recorded in etcd by the node's writer of
+//     them (keywriter.go): in order, the latest of a topic only; a failed
+//     write is tried again.
 //     An empty payload (which clears the topic) is recorded as a
 //     tombstone, kept: a node that was down while a topic was cleared
 //     must tell a cleared topic from one never recorded.
@@ -43,11 +43,8 @@ type RetainedID struct{ Run, Seq uint64 }
 // etcd's default request limit (1.5 MiB).
 const maxRetainedBytes = 1 << 20
 
-// Timing of the retained writer.
-const (
-	retainedRetry   = 500 * time.Millisecond
-	retainedSeenFor = time.Minute // how long a record applied is remembered by id
-)
+// retainedSeenFor is how long a record applied is remembered by its id.
+const retainedSeenFor = time.Minute
 
 func (k keys) retained(topic string) string { return k.prefix + "retained/" + topic }
 
@@ -60,137 +57,39 @@ func retainedKey(k keys, key string) bool {
 // retainedState is this node's writer of retained records and its memory
 // of the records applied.
 type retainedState struct {
-	n    *Node
-	once sync.Once
-	wake chan struct{}
+	n      *Node
+	writer *keyWriter
 
-	mu      sync.Mutex
-	seq     uint64
-	pending map[string]*pendingRetained // by topic, the latest to write
-	order   []string                    // topics pending, first come first
-	seen    map[RetainedID]time.Time    // records applied, when
+	mu   sync.Mutex
+	seq  uint64
+	seen map[RetainedID]time.Time // records applied, when
 	// have is, by topic, the retained publish stored here last when it
 	// came by routing or was made here: its record needs no storing again.
 	have map[string]RetainedID
 }
 
-// pendingRetained is a record to write and what waits for it: the
-// publishes of its topic it replaced wait for it too.
-type pendingRetained struct {
-	rp      *pb.RoutedPublish
-	written chan struct{}
-}
-
 func newRetainedState(n *Node) *retainedState {
-	return &retainedState{n: n, wake: make(chan struct{}, 1), pending: map[string]*pendingRetained{}, seen: map[RetainedID]time.Time{}, have: map[string]RetainedID{}}
+	return &retainedState{n: n, writer: newKeyWriter(n, "retained messages"), seen: map[RetainedID]time.Time{}, have: map[string]RetainedID{}}
 }
 
 // record names a retained publish made here and queues its record; the
 // channel returned is closed once it, or a later one of its topic, is
 // written.
 func (r *retainedState) record(rp *pb.RoutedPublish) (RetainedID, <-chan struct{}) {
-	r.once.Do(func() { go r.run() })
 	r.mu.Lock()
 	r.seq++
 	rp.RetainedRun, rp.RetainedSeq = r.n.run, r.seq
-	p := r.pending[rp.Topic]
-	if p == nil {
-		p = &pendingRetained{written: make(chan struct{})}
-		r.pending[rp.Topic] = p
-		r.order = append(r.order, rp.Topic)
-	}
-	p.rp = rp
-	r.have[rp.Topic] = RetainedID{rp.RetainedRun, rp.RetainedSeq} // mochi stores it here
+	id := RetainedID{rp.RetainedRun, rp.RetainedSeq}
+	r.have[rp.Topic] = id // mochi stores it here
 	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
+	value, err := proto.Marshal(rp)
+	if err != nil || len(value) > maxRetainedBytes {
+		r.n.log.Warn("a retained message too large to record in the cluster: only the nodes it reached keep it", "topic", rp.Topic, "bytes", len(value), "max", maxRetainedBytes)
+		done := make(chan struct{})
+		close(done)
+		return id, done
 	}
-	return RetainedID{rp.RetainedRun, rp.RetainedSeq}, p.written
-}
-
-// run writes the records pending, in order, until the node closes.
-func (r *retainedState) run() {
-	n := r.n
-	tick := time.NewTicker(retainedRetry)
-	defer tick.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-r.wake:
-		case <-tick.C:
-		}
-		for {
-			batch := r.next()
-			if len(batch) == 0 || !r.write(batch) {
-				break // what failed is tried again on the next tick
-			}
-			r.mu.Lock()
-			r.order = r.order[len(batch):] // the batch is the first of them
-			for _, rp := range batch {
-				p := r.pending[rp.Topic]
-				if p.rp == rp {
-					delete(r.pending, rp.Topic)
-					close(p.written)
-				} else {
-					r.order = append(r.order, rp.Topic) // a newer one came meanwhile
-				}
-			}
-			r.mu.Unlock()
-		}
-	}
-}
-
-// Bounds of one write of retained records: etcd's default limits are
-// 128 operations and 1.5 MiB per request.
-const (
-	retainedBatch      = 64
-	retainedBatchBytes = 1 << 20
-)
-
-// next returns the records to write next, the oldest first, within the
-// bounds of one write.
-func (r *retainedState) next() []*pb.RoutedPublish {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var batch []*pb.RoutedPublish
-	size := 0
-	for _, topic := range r.order {
-		rp := r.pending[topic].rp
-		n := len(rp.Payload) + len(rp.Properties) + len(topic)
-		if len(batch) == retainedBatch || len(batch) > 0 && size+n > retainedBatchBytes {
-			break
-		}
-		batch = append(batch, rp)
-		size += n
-	}
-	return batch
-}
-
-// write records the batch in etcd, in one transaction; false when etcd
-// did not take it (tried again).
-func (r *retainedState) write(batch []*pb.RoutedPublish) bool {
-	n := r.n
-	ops := make([]clientv3.Op, 0, len(batch))
-	for _, rp := range batch {
-		value, err := proto.Marshal(rp)
-		if err != nil || len(value) > maxRetainedBytes {
-			n.log.Warn("a retained message too large to record in the cluster: only the nodes it reached keep it", "topic", rp.Topic, "bytes", len(value), "max", maxRetainedBytes)
-			continue
-		}
-		ops = append(ops, clientv3.OpPut(n.keys.retained(rp.Topic), string(value)))
-	}
-	if len(ops) == 0 {
-		return true
-	}
-	ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-	defer cancel()
-	if _, err := n.etcd.Txn(ctx).Then(ops...).Commit(); err != nil {
-		n.log.Debug("recording retained messages", "messages", len(ops), "err", err)
-		return false
-	}
-	return true
+	return id, r.writer.put(r.n.keys.retained(rp.Topic), string(value))
 }
 
 // applied notes the records read from etcd and forgets those read long
