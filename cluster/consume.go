@@ -34,7 +34,7 @@ type remoteSub struct {
 
 	mu      sync.Mutex
 	streams map[string]*consumeStream
-	leases  map[leaseKey]bool // remote leases out, true while holding a credit
+	leases  map[leaseKey]remoteLease // remote leases out
 	closed  bool
 	// owed: the streams' window credits kept back for deliveries
 	// returned for want of the client's credit, by node.
@@ -62,6 +62,15 @@ const (
 	handoverGrace = remoteStale + clockSkew
 )
 
+// remoteLease is a lease of a consumer here on another node's message:
+// the node that delivered it, which its settlement goes to (the owner
+// the view names may have changed since, or not yet), and whether it
+// holds a credit of the client.
+type remoteLease struct {
+	node string
+	held bool
+}
+
 type leaseKey struct {
 	id     queue.PartitionID
 	group  string
@@ -74,7 +83,7 @@ func keyOf(l queue.LeaseRef) leaseKey { return leaseKey{l.Partition, l.Group, l.
 // subscribeRemote starts the streams of a consumer whose local part is
 // local.
 func (n *Node) subscribeRemote(f queue.Filter, r queue.Receiver, o queue.ConsumerOptions, local queue.Subscription) *remoteSub {
-	rs := &remoteSub{n: n, f: f, r: r, o: o, local: local, streams: map[string]*consumeStream{}, leases: map[leaseKey]bool{},
+	rs := &remoteSub{n: n, f: f, r: r, o: o, local: local, streams: map[string]*consumeStream{}, leases: map[leaseKey]remoteLease{},
 		owed: map[string]int32{}}
 	n.mu.Lock()
 	n.subs[rs] = struct{}{}
@@ -250,7 +259,7 @@ func (rs *remoteSub) deliver(node string, d queue.Delivery) {
 		return
 	}
 	rs.n.registerLease(d.Lease, rs)
-	rs.send(d)
+	rs.send(node, d)
 	rs.mu.Unlock()
 }
 
@@ -310,9 +319,10 @@ func (rs *remoteSub) sendGrants(ctx context.Context, s pb.Node_ConsumeClient, cs
 	}
 }
 
-// send hands d to the client; rs.mu is held and d's credit taken.
-func (rs *remoteSub) send(d queue.Delivery) {
-	rs.leases[keyOf(d.Lease)] = true
+// send hands d, from node, to the client; rs.mu is held and d's credit
+// taken.
+func (rs *remoteSub) send(node string, d queue.Delivery) {
+	rs.leases[keyOf(d.Lease)] = remoteLease{node: node, held: true}
 	rs.n.Metrics().remote.Inc()
 	rs.r.Deliver(d)
 }
@@ -322,9 +332,11 @@ func (rs *remoteSub) send(d queue.Delivery) {
 func (rs *remoteSub) settle(l queue.LeaseRef, op pb.SettleOp) error {
 	k := keyOf(l)
 	rs.mu.Lock()
-	held, known := rs.leases[k]
-	if known && held && (op == pb.SettleOp_RECEIVED || op == pb.SettleOp_UNSENT || !rs.o.Explicit) {
-		rs.leases[k] = false
+	rl, known := rs.leases[k]
+	held := known && rl.held
+	if held && (op == pb.SettleOp_RECEIVED || op == pb.SettleOp_UNSENT || !rs.o.Explicit) {
+		rl.held = false
+		rs.leases[k] = rl
 	} else {
 		held = false
 	}
@@ -336,12 +348,18 @@ func (rs *remoteSub) settle(l queue.LeaseRef, op pb.SettleOp) error {
 	if held && rs.o.Credit != nil {
 		defer rs.o.Credit.Give()
 	}
-	owner := rs.n.ownerOf(l.Partition)
+	// To the node that delivered it: the view's owner may not know yet
+	// that it served the partition (a leader recording itself late).
+	owner := rl.node
+	if !known {
+		owner = rs.n.ownerOf(l.Partition)
+	}
 	if owner == rs.n.opts.NodeID {
 		// Moved here since: the lease ended with the move.
 		return queue.ErrNotLeased
 	}
-	p, err := rs.n.peer(owner)
+	// The link it came on, even while the view lost its node for a moment.
+	p, err := rs.n.peerAny(owner)
 	if err != nil {
 		return &unknownOutcome{unavailable(l.Partition, owner, err)}
 	}

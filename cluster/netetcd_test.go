@@ -1,9 +1,12 @@
 package cluster_test
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shardq/shardq/queue"
 )
 
 // TestEtcdOutage (SPEC 7: etcd is not the data path): etcd is paused for
@@ -105,5 +108,64 @@ func TestEtcdOutage(t *testing.T) {
 		if lost := c.nodes[id].metric(t, "shardq_cluster_leases_lost_total"); lost != 1 {
 			t.Errorf("node %s lost its lease %v times, want once", id, lost)
 		}
+	}
+}
+
+// TestLeaderDiesInEtcdOutage: with etcd paused, the leader of a partition
+// is killed. Another replica wins its raft leadership and serves it
+// without recording itself in etcd (raft fences it); publishes through
+// the other nodes, routed to the leader their replicas know, are
+// acknowledged again while etcd is still paused, and nothing acknowledged
+// is lost once etcd is back.
+func TestLeaderDiesInEtcdOutage(t *testing.T) {
+	c, etcd := newNetCluster(t, []string{"a", "b", "c"})
+	c.startThree()
+	for _, id := range []string{"a", "b", "c"} {
+		untilInSync(t, c, "orders", id, 30*time.Second)
+	}
+	victim := c.owners("orders")[0].Owner
+	var others []string
+	for _, id := range []string{"a", "b", "c"} {
+		if id != victim {
+			others = append(others, id)
+		}
+	}
+	// A key of partition 0.
+	prefix := ""
+	for i := 0; prefix == ""; i++ {
+		if p := fmt.Sprintf("x%d-", i); queue.PartitionFor(p+"0", 8) == 0 {
+			prefix = p
+		}
+	}
+	start := arrivals.len()
+	cons := dial(t, c.nodes[others[0]].mqtt, "consumer", 64)
+	cons.subscribe("$share/g/$queue/orders")
+	stop := make(chan struct{})
+	var ledgers []*ledger
+	var dones []<-chan struct{}
+	for i, id := range others {
+		l, done := produceKeys(dial(t, c.nodes[id].mqtt, fmt.Sprint("producer-", i), 16), "$queue/orders", prefix+fmt.Sprint(i), 1, stop)
+		ledgers, dones = append(ledgers, l), append(dones, done)
+		waitAcked(t, l, 20)
+	}
+
+	etcd.signal(syscall.SIGSTOP)
+	c.nodes[victim].kill()
+	killed := time.Now()
+	for _, l := range ledgers {
+		waitAcked(t, l, l.ackedCount()+20)
+	}
+	t.Logf("partition 0 took publishes again %s after its leader %s was killed, etcd paused", time.Since(killed).Round(100*time.Millisecond), victim)
+	etcd.signal(syscall.SIGCONT)
+	for _, l := range ledgers {
+		waitAcked(t, l, l.ackedCount()+20)
+	}
+	close(stop)
+	for _, d := range dones {
+		<-d
+	}
+	got := awaitArrivals(t, start, ledgers...)
+	for _, l := range ledgers {
+		l.check(t, got)
 	}
 }

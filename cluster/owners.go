@@ -116,6 +116,7 @@ func (n *Node) reconcileLoop() {
 // every one (full), or those a pass left unsettled.
 func (n *Node) reconcile(full bool) {
 	if !n.member.Load() || n.guard.check() != nil {
+		n.serveLedWithoutEtcd()
 		return
 	}
 	n.mu.Lock()
@@ -464,14 +465,20 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		return
 	}
 	if rec.Owner != self || rec.Session != session || rec.Term != term {
-		o, ok, err := n.claimLeader(n.ctx, id, rec, session, term)
-		if err != nil || !ok {
-			if err != nil {
-				n.log.Warn("claiming a partition this node leads", "partition", id.String(), "err", err)
-			}
+		ctx, cancel := context.WithTimeout(n.ctx, claimLeaderWait)
+		o, ok, err := n.claimLeader(ctx, id, rec, session, term)
+		cancel()
+		switch {
+		case err != nil:
+			// etcd out of reach: served all the same, under raft, and
+			// recorded once etcd answers.
+			n.log.Warn("claiming a partition this node leads; served meanwhile", "partition", id.String(), "err", err)
+			rec = provisional(rec, self, term)
+		case !ok:
 			return
+		default:
+			rec = o
 		}
-		rec = o
 	}
 	if epoch, owned := n.m.Owned(id); !owned || epoch != rec.Epoch {
 		if owned && r.servedTerm.Load() != term {
@@ -490,6 +497,58 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 	}
 	n.maintainReplicas(id, r, rec, allowed, rf)
 	n.balanceLeader(id, r, allowed)
+}
+
+// claimLeaderWait bounds how long a leader waits for etcd to record it
+// before it serves its partition all the same.
+const claimLeaderWait = 2 * time.Second
+
+// provisional is the ownership a leader of term serves a partition under
+// before etcd recorded it: the record its claim will write.
+func provisional(rec Ownership, self string, term uint64) Ownership {
+	if rec.Owner != self || rec.Term != term {
+		rec.Epoch++
+	}
+	rec.Owner, rec.Term = self, term
+	return rec
+}
+
+// serveLedWithoutEtcd serves the partitions this node leads under raft,
+// caught up, that it does not serve yet, while it cannot reach etcd: raft
+// fences a replicated partition's writes and deliveries, not etcd (ADR
+// 0008). A leadership won in the outage (a leader handed it over, or
+// died) would otherwise leave its partition unserved until etcd is back.
+// The claims are recorded once etcd answers.
+func (n *Node) serveLedWithoutEtcd() {
+	if n.raft == nil {
+		return
+	}
+	self := n.opts.NodeID
+	for _, r := range n.raft.all() {
+		g := r.g
+		if g == nil || !g.IsLeader() || !g.CaughtUp() {
+			continue
+		}
+		term := g.LeaderTerm()
+		_, owned := n.m.Owned(r.id)
+		if owned && r.servedTerm.Load() == term {
+			continue
+		}
+		n.mu.Lock()
+		rec, leaving := n.view.owners[r.id], n.view.leaving
+		n.mu.Unlock()
+		if leaving || rec.Term > term {
+			continue
+		}
+		if owned {
+			// Served since an earlier term: read it again from storage.
+			n.releasePartition(r.id)
+		}
+		rec = provisional(rec, self, term)
+		n.log.Info("serving a partition this node leads while etcd is out of reach", "partition", r.id.String(), "epoch", rec.Epoch, "term", term)
+		r.servedTerm.Store(term)
+		n.acquire(r.id, rec.Epoch)
+	}
 }
 
 // releasePartition releases partition id (and its dead-letter partition) here,

@@ -149,7 +149,7 @@ func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Messa
 		})
 		return
 	}
-	if owner := n.ownerOf(id); owner != "" && owner != n.opts.NodeID {
+	if owner := n.routeTo(id); owner != "" && owner != n.opts.NodeID {
 		p, err := n.peer(owner)
 		if errors.Is(err, errNotMember) && n.replicated(id.Queue) {
 			// Its leader may serve on while its lease lapsed: raft, not
@@ -202,6 +202,21 @@ func (n *Node) waitAndRoute(ctx context.Context, id queue.PartitionID, msg *queu
 }
 
 // ownerOf returns the node the ownership record names for id, or "".
+// routeTo returns the node to send partition id's publishes to: the
+// leader its raft group here knows of, if this node keeps a replica of
+// it (the view's owner lags while a new leader cannot record itself in
+// etcd), else the owner the view names.
+func (n *Node) routeTo(id queue.PartitionID) string {
+	if n.raft != nil {
+		if r := n.raft.replica(groupName(queue.PartitionID{Queue: queue.ParentName(id.Queue), Partition: id.Partition})); r != nil && r.g != nil {
+			if l := r.g.Leader(); l != "" {
+				return l
+			}
+		}
+	}
+	return n.ownerOf(id)
+}
+
 func (n *Node) ownerOf(id queue.PartitionID) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -66,6 +66,9 @@ type Group struct {
 	// stored by the state machine.
 	caughtUp atomic.Bool
 	isLeader atomic.Bool
+	// lead names the leader this replica knows of ("" for none), set by
+	// the driver.
+	lead atomic.Pointer[string]
 	// recovering: this replica's log lost entries; it takes no part in
 	// elections (recovery.go).
 	recovering atomic.Bool
@@ -85,6 +88,15 @@ func (g *Group) Name() string { return g.name }
 
 // IsLeader reports whether this replica leads the group.
 func (g *Group) IsLeader() bool { return g.isLeader.Load() }
+
+// Leader names the leader of the group as this replica knows it, ""
+// when it knows none.
+func (g *Group) Leader() string {
+	if l := g.lead.Load(); l != nil {
+		return *l
+	}
+	return ""
+}
 
 // CaughtUp reports whether this replica leads the group and its state
 // machine stores every entry committed before its term: it may serve.

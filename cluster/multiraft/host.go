@@ -682,6 +682,11 @@ func (h *Host) apply(g *Group, ents []*rpb.Entry) {
 }
 
 func (h *Host) softState(g *Group, ss *raft.SoftState) {
+	lead := ""
+	if ss.Lead != raft.None {
+		lead = g.node(ss.Lead)
+	}
+	g.lead.Store(&lead)
 	leader := ss.RaftState == raft.StateLeader
 	if leader == g.leader {
 		return

@@ -292,9 +292,15 @@ func findGroup(v broker.QueueView, name string) (broker.GroupView, bool) {
 
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+	waitWithin(t, cond, 10*time.Second)
+}
+
+// waitWithin waits until cond holds, or fails the test after within.
+func waitWithin(t *testing.T, cond func() bool, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+			t.Fatalf("condition not met within %s", within)
 		}
 	}
 }

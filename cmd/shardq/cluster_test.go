@@ -107,8 +107,11 @@ func TestClusterDev(t *testing.T) {
 	publish(t, c, "$queue/jobs", "hello")
 	c.Disconnect(0)
 
+	// The first node creates the partitions alone; they gain replicas as
+	// the others join, and pairs' move to the two nodes placement wants
+	// (a learner added, promoted, then a replica removed).
 	var st broker.ClusterView
-	waitUntil(t, func() bool {
+	waitWithin(t, func() bool {
 		st = jsonOf[broker.ClusterView](t, must(t, "cluster", "status", "--json", "--server", server))
 		// Owned and on all three nodes: a queue created while the node
 		// that created it saw fewer members gains its third replica as
@@ -123,7 +126,7 @@ func TestClusterDev(t *testing.T) {
 			}
 		}
 		return owned == 8 && pairs == 2
-	})
+	}, 30*time.Second)
 	if !st.Clustered || len(st.Nodes) != 3 {
 		t.Fatalf("cluster status: %+v", st)
 	}
