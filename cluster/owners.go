@@ -514,9 +514,10 @@ func provisional(rec Ownership, self string, term uint64) Ownership {
 }
 
 // serveLedWithoutEtcd serves the partitions this node leads under raft,
-// caught up, that it does not serve yet, while it cannot reach etcd: raft
-// fences a replicated partition's writes and deliveries, not etcd (ADR
-// 0008). A leadership won in the outage (a leader handed it over, or
+// caught up, that it does not serve yet, while it cannot reach etcd and
+// none of their other replicas can either (etcd is out of reach for all):
+// raft fences a replicated partition's writes and deliveries, not etcd
+// (ADR 0008). A leadership won in the outage (a leader handed it over, or
 // died) would otherwise leave its partition unserved until etcd is back.
 // The claims are recorded once etcd answers.
 func (n *Node) serveLedWithoutEtcd() {
@@ -524,9 +525,16 @@ func (n *Node) serveLedWithoutEtcd() {
 		return
 	}
 	self := n.opts.NodeID
+	since := n.etcdRenewed.Load()
+	reaches := func(node string) bool { return node != self && n.peerRenewedSince(node, since) }
 	for _, r := range n.raft.all() {
 		g := r.g
 		if g == nil || !g.IsLeader() || !g.CaughtUp() {
+			continue
+		}
+		if slices.ContainsFunc(g.Replicas(), reaches) {
+			// Cut off from etcd alone: its leadership goes to a replica
+			// that reaches etcd (handOverFromEtcd), not served here.
 			continue
 		}
 		term := g.LeaderTerm()
