@@ -442,11 +442,12 @@ func (a *adminAPI) deleteGroup(dlq bool) http.HandlerFunc {
 		g := r.PathValue("group")
 		if a.checking(r) {
 			// Another node asks before it deletes.
-			if err := q.CheckDeleteGroup(g); err != nil && !errors.Is(err, queue.ErrNoSuchGroup) {
+			err := q.CheckDeleteGroup(g)
+			if err != nil && !errors.Is(err, queue.ErrNoSuchGroup) {
 				a.failErr(w, r, err)
 				return
 			}
-			a.reply(w, http.StatusOK, groupCheck{Partitions: a.servedOf(q), Found: q.CheckDeleteGroup(g) == nil})
+			a.reply(w, http.StatusOK, groupCheck{Partitions: a.servedOf(q), Found: err == nil})
 			return
 		}
 		if !a.gathering(r) {

@@ -306,8 +306,7 @@ func (h *plainHook) offlineSession(clientID, listener string, username []byte, s
 		old.Properties.Props.SessionExpiryInterval, old.Properties.Props.SessionExpiryIntervalFlag = st.Expiry, true
 	}
 	for _, rec := range st.Subs {
-		sub := packets.Subscription{Filter: rec.Sub.Filter, Qos: rec.Sub.Qos, Identifier: rec.Sub.Identifier,
-			NoLocal: rec.Sub.NoLocal, RetainHandling: rec.Sub.RetainHandling, RetainAsPublished: rec.Sub.RetainAsPublished}
+		sub := rec.subscription()
 		old.State.Subscriptions.Add(sub.Filter, sub)
 		if queue.IsQueueTopic(sub.Filter) {
 			h.queues.RestoreSubscription(clientID, sub.Filter, rec.Props)
@@ -324,6 +323,16 @@ func (h *plainHook) offlineSession(clientID, listener string, username []byte, s
 	old.Stop(packets.ErrSessionTakenOver)
 	h.server.Clients.Add(old)
 	return old
+}
+
+// storeSubs stores the subscriptions of st, the session of cl, in this
+// node's storage.
+func (h *plainHook) storeSubs(cl *mqtt.Client, st *movedSession) {
+	for _, rec := range st.Subs {
+		sub := rec.subscription()
+		h.sessions.OnSubscribed(cl, packets.Packet{Filters: packets.Subscriptions{sub}, Properties: packets.Properties{User: rec.Props}},
+			[]byte{sub.Qos})
+	}
 }
 
 // Adopt implements cluster.PlainHandler: it holds, offline, the session
@@ -350,12 +359,7 @@ func (h *plainHook) Adopt(clientID, user string, data []byte) bool {
 	h.mu.Unlock()
 	// Stored here as if the client had connected and left.
 	h.sessions.OnSessionEstablished(cl, packets.Packet{})
-	for _, rec := range st.Subs {
-		sub := packets.Subscription{Filter: rec.Sub.Filter, Qos: rec.Sub.Qos, Identifier: rec.Sub.Identifier,
-			NoLocal: rec.Sub.NoLocal, RetainHandling: rec.Sub.RetainHandling, RetainAsPublished: rec.Sub.RetainAsPublished}
-		h.sessions.OnSubscribed(cl, packets.Packet{Filters: packets.Subscriptions{sub}, Properties: packets.Properties{User: rec.Props}},
-			[]byte{sub.Qos})
-	}
+	h.storeSubs(cl, st)
 	if v, err := encodeClient(cl, cl.StopTime()); err == nil {
 		h.sessions.write("session", clientID, badger.SessionWrite{Record: badger.SessionClient, Owner: clientID, Value: v})
 	}
@@ -399,12 +403,7 @@ func (h *plainHook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	if st == nil || !h.sessions.isStored(cl.ID) {
 		return
 	}
-	for _, rec := range st.Subs {
-		sub := packets.Subscription{Filter: rec.Sub.Filter, Qos: rec.Sub.Qos, Identifier: rec.Sub.Identifier,
-			NoLocal: rec.Sub.NoLocal, RetainHandling: rec.Sub.RetainHandling, RetainAsPublished: rec.Sub.RetainAsPublished}
-		h.sessions.OnSubscribed(cl, packets.Packet{Filters: packets.Subscriptions{sub}, Properties: packets.Properties{User: rec.Props}},
-			[]byte{sub.Qos})
-	}
+	h.storeSubs(cl, st)
 	for _, m := range cl.State.Inflight.GetAll(false) {
 		h.sessions.OnQosPublish(cl, m, m.Created, 0)
 	}

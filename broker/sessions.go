@@ -87,6 +87,12 @@ type subRecord struct {
 	Props []packets.UserProperty `json:"props,omitempty"`
 }
 
+// subscription returns the subscription the record keeps.
+func (rec subRecord) subscription() packets.Subscription {
+	return packets.Subscription{Filter: rec.Sub.Filter, Qos: rec.Sub.Qos, Identifier: rec.Sub.Identifier,
+		NoLocal: rec.Sub.NoLocal, RetainHandling: rec.Sub.RetainHandling, RetainAsPublished: rec.Sub.RetainAsPublished}
+}
+
 // outlives reports whether the client's session outlives its connection.
 func outlives(cl *mqtt.Client) bool {
 	if cl.Properties.ProtocolVersion == 5 {
