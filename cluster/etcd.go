@@ -253,6 +253,7 @@ func (n *Node) register(ctx context.Context) error {
 	}
 	n.guard.renewed(asked, time.Duration(grant.TTL)*time.Second)
 	n.etcdRenewed.Store(asked)
+	n.etcdFailing.Store(0)
 	n.mu.Lock()
 	n.session = grant.ID
 	n.mu.Unlock()
@@ -277,9 +278,6 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 	// the replicated partitions goes to replicas that may reach etcd: this
 	// node will soon commit nothing (its guard), and would stall them.
 	handing := false
-	// failingSince: when the first renewal that failed since the last one
-	// that did was asked for (monoNow); 0 while renewals succeed.
-	failingSince := int64(0)
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -298,20 +296,19 @@ func (n *Node) keepAlive(id clientv3.LeaseID, renewed int64, ttl time.Duration) 
 		}
 		if err != nil {
 			n.log.Debug("renewing the cluster lease", "err", err)
-			if failingSince == 0 {
-				failingSince = asked
-			}
+			n.etcdFailing.CompareAndSwap(0, asked)
 			if !handing && n.raft != nil && monoNow()-renewed > int64(ttl/2) {
 				handing = true
-				n.handOverFromEtcd(failingSince, err)
+				n.handOverFromEtcd(n.etcdFailing.Load(), err)
 			}
 			t.Reset(100 * time.Millisecond)
 			continue
 		}
 		ttl = time.Duration(resp.TTL) * time.Second
-		renewed, failingSince = asked, 0
+		renewed = asked
 		n.guard.renewed(asked, ttl)
 		n.etcdRenewed.Store(asked)
+		n.etcdFailing.Store(0)
 		if handing {
 			handing = false
 			n.mu.Lock()

@@ -131,9 +131,11 @@ type Node struct {
 	leases  sync.Map                   // leaseKey -> *remoteSub: remote leases of consumers here
 	gone    map[string]time.Time       // since when a replica's node is not a member
 	// etcdRenewed is when this node last renewed its lease (monoNow);
-	// peersEtcd what each peer said of its own, with its raft messages
-	// (guarded by mu).
+	// etcdFailing when the first renewal that failed since then was asked
+	// (monoNow; 0 while renewals succeed); peersEtcd what each peer said
+	// of its own, with its raft messages (guarded by mu).
 	etcdRenewed atomic.Int64
+	etcdFailing atomic.Int64
 	peersEtcd   map[string]peerEtcd
 	// topology counts the changes of the cluster's nodes, drains,
 	// placement and queues (the watch); visited what the reconcile loop
@@ -145,6 +147,10 @@ type Node struct {
 	// moveBudget: the partition moves this node may still start in the
 	// reconcile pass under way (reconcile goroutine).
 	moveBudget int
+	// claimsSlow: a leader's claim in the reconcile pass under way did
+	// not get an answer from etcd in claimLeaderWait; the pass's other
+	// claims wait less (reconcile goroutine).
+	claimsSlow bool
 	changed    chan struct{} // the view changed: reconcile
 	notify     chan struct{} // closed and replaced when ownership changes here
 

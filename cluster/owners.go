@@ -105,6 +105,7 @@ func (n *Node) reconcileLoop() {
 		}
 		n.checkPeers()
 		n.moveBudget = unCounted // counted once a pass needs it
+		n.claimsSlow = false
 		n.reconcile(full)
 		if full {
 			n.adoptSessions()
@@ -465,13 +466,21 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		return
 	}
 	if rec.Owner != self || rec.Session != session || rec.Term != term {
-		ctx, cancel := context.WithTimeout(n.ctx, claimLeaderWait)
+		wait := claimLeaderWait
+		if n.claimsSlow {
+			// etcd did not answer another claim of this pass: the
+			// partitions led here are not left unserved a claim's wait
+			// each, one after the other.
+			wait = claimLeaderWait / 16
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, wait)
 		o, ok, err := n.claimLeader(ctx, id, rec, session, term)
 		cancel()
 		switch {
 		case err != nil:
 			// etcd out of reach: served all the same, under raft, and
 			// recorded once etcd answers.
+			n.claimsSlow = true
 			n.log.Warn("claiming a partition this node leads; served meanwhile", "partition", id.String(), "err", err)
 			rec = provisional(rec, self, term)
 		case !ok:
@@ -525,7 +534,13 @@ func (n *Node) serveLedWithoutEtcd() {
 		return
 	}
 	self := n.opts.NodeID
-	since := n.etcdRenewed.Load()
+	// A replica that renewed its lease since this node's renewals began
+	// to fail reaches etcd (its last renewal before that proves nothing:
+	// etcd may have stopped just after it).
+	since := n.etcdFailing.Load()
+	if since == 0 {
+		since = n.etcdRenewed.Load()
+	}
 	reaches := func(node string) bool { return node != self && n.peerRenewedSince(node, since) }
 	for _, r := range n.raft.all() {
 		g := r.g
