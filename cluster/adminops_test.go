@@ -31,14 +31,17 @@ const adminConfig = `queues:
 type queueFigures struct {
 	Depth      uint64             `json:"depth"`
 	Partitions []partitionFigures `json:"partitions"`
-	Groups     []struct {
-		Name string `json:"name"`
-		Lag  uint64 `json:"lag"`
-	} `json:"groups"`
-	DLQ *struct {
+	Groups     []groupFigures     `json:"groups"`
+	DLQ        *struct {
 		Depth uint64 `json:"depth"`
 	} `json:"dlq"`
 	NodesMissing []string `json:"nodes_missing"`
+}
+
+type groupFigures struct {
+	Name      string `json:"name"`
+	Lag       uint64 `json:"lag"`
+	Consumers int    `json:"consumers"`
 }
 
 type partitionFigures struct {
@@ -139,6 +142,11 @@ func TestAdminChangesAcrossNodes(t *testing.T) {
 	}
 	c.waitFigures("jobs", 5*time.Second, func(f queueFigures) bool { _, ok := f.lag("g"); return ok }, live...)
 	_ = cons.c.Disconnect(&paho.Disconnect{})
+	// Gone from every node (its streams to the leaders too): what the
+	// replay brings back waits for the group's next consumer.
+	c.waitFigures("jobs", 10*time.Second, func(f queueFigures) bool {
+		return !slices.ContainsFunc(f.Groups, func(g groupFigures) bool { return g.Consumers > 0 })
+	}, live...)
 
 	// Replay: the 10 go back to g.
 	status, body := c.call(x, http.MethodPost, "/api/v1/queues/jobs/dlq/replay", "")

@@ -247,7 +247,11 @@ func (rs *remoteSub) stream(ctx context.Context, node string, cs *consumeStream)
 func (rs *remoteSub) deliver(node string, d queue.Delivery) {
 	rs.mu.Lock()
 	if rs.closed {
+		// The client left while it was on its way: it never reached it.
 		rs.mu.Unlock()
+		if p, err := rs.n.peer(node); err == nil {
+			p.settleAsync(&pb.SettleRequest{Lease: toPBLease(d.Lease), Op: pb.SettleOp_UNSENT})
+		}
 		return
 	}
 	if rs.o.Credit != nil && !rs.o.Credit.TryTake() {
@@ -457,6 +461,15 @@ func (s *server) Consume(stream pb.Node_ConsumeServer) error {
 			}
 		}
 	}()
+	var ds []streamDelivery
+	defer func() {
+		// Deliveries the stream did not carry never reached the client:
+		// back to the group, not counted (before c.Close, which would end
+		// their leases as deliveries).
+		for _, d := range append(ds, sr.take()...) {
+			_ = s.n.m.Settle(d.Lease, queue.Unsent)
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -465,28 +478,38 @@ func (s *server) Consume(stream pb.Node_ConsumeServer) error {
 			return nil
 		case <-sr.wake:
 		}
-		ds := sr.take()
+		ds = sr.take()
 		if len(ds) == 0 {
 			continue
 		}
-		if err := stream.Send(&pb.ConsumeDown{Deliveries: ds}); err != nil {
+		w := make([]*pb.Delivery, len(ds))
+		for i, d := range ds {
+			w[i] = &pb.Delivery{Lease: toPBLease(d.Lease), Message: toPBMessage(d.Message), Count: d.Count, Explicit: d.Explicit, SentAt: d.at}
+		}
+		if err := stream.Send(&pb.ConsumeDown{Deliveries: w}); err != nil {
 			return err
 		}
+		ds = nil
 	}
 }
 
 // streamReceiver collects a remote consumer's deliveries for its stream.
 type streamReceiver struct {
 	mu   sync.Mutex
-	out  []*pb.Delivery
+	out  []streamDelivery
 	wake chan struct{}
 }
 
+// streamDelivery is a delivery waiting for its stream, with when its
+// owner made it (UnixNano).
+type streamDelivery struct {
+	queue.Delivery
+	at int64
+}
+
 func (r *streamReceiver) Deliver(d queue.Delivery) {
-	w := &pb.Delivery{Lease: toPBLease(d.Lease), Message: toPBMessage(d.Message), Count: d.Count, Explicit: d.Explicit,
-		SentAt: time.Now().UnixNano()}
 	r.mu.Lock()
-	r.out = append(r.out, w)
+	r.out = append(r.out, streamDelivery{d, time.Now().UnixNano()})
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -494,7 +517,7 @@ func (r *streamReceiver) Deliver(d queue.Delivery) {
 	}
 }
 
-func (r *streamReceiver) take() []*pb.Delivery {
+func (r *streamReceiver) take() []streamDelivery {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := r.out
