@@ -467,6 +467,14 @@ func (a *adminAPI) deleteGroup(dlq bool) http.HandlerFunc {
 	}
 }
 
+// groupCheckWait bounds how long a group delete waits for every partition
+// of its queue to be served (a leadership moving), asking every
+// groupCheckRetry; as long as a publish waits for its partition.
+const (
+	groupCheckWait  = 5 * time.Second
+	groupCheckRetry = 200 * time.Millisecond
+)
+
 // groupCheck is a node's answer to the check before a group delete: the
 // partitions it serves, and whether it has the group.
 type groupCheck struct {
@@ -478,30 +486,45 @@ type groupCheck struct {
 // node has said it may: none has consumers of it connected, and between
 // them they serve every partition.
 func (a *adminAPI) deleteGroupEverywhere(w http.ResponseWriter, r *http.Request, q *queue.Queue, g string) {
-	check := groupCheck{Partitions: a.servedOf(q)}
-	err := q.CheckDeleteGroup(g)
-	if err != nil && !errors.Is(err, queue.ErrNoSuchGroup) {
-		a.failErr(w, r, err)
-		return
-	}
-	check.Found = err == nil
-	checks, refused, failed := spread[groupCheck](a, r, nil, true)
-	for _, rf := range refused {
-		if rf.status == http.StatusNotFound {
-			continue // the queue is not there yet: it serves none of it
-		}
-		a.fail(w, r, rf.status, fmt.Errorf("node %s: %s", rf.node, rf.err))
-		return
-	}
+	// A partition whose leadership is moving has no node serving it for
+	// a moment: the check is asked again until every partition is
+	// served, for as long as a publish waits for one (MoveWait).
 	all := allPartitions(len(q.Info().Partitions))
-	for _, o := range checks {
-		check.Found = check.Found || o.Found
-		check.Partitions = append(check.Partitions, o.Partitions...)
-	}
-	if missing := unreached(all, check.Partitions); missing != nil {
-		err := a.unreachedError(q, missing, refused, failed)
-		a.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%w; nothing was deleted", err))
-		return
+	deadline := time.Now().Add(groupCheckWait)
+	var check groupCheck
+	for {
+		check = groupCheck{Partitions: a.servedOf(q)}
+		err := q.CheckDeleteGroup(g)
+		if err != nil && !errors.Is(err, queue.ErrNoSuchGroup) {
+			a.failErr(w, r, err)
+			return
+		}
+		check.Found = err == nil
+		checks, refused, failed := spread[groupCheck](a, r, nil, true)
+		for _, rf := range refused {
+			if rf.status == http.StatusNotFound {
+				continue // the queue is not there yet: it serves none of it
+			}
+			a.fail(w, r, rf.status, fmt.Errorf("node %s: %s", rf.node, rf.err))
+			return
+		}
+		for _, o := range checks {
+			check.Found = check.Found || o.Found
+			check.Partitions = append(check.Partitions, o.Partitions...)
+		}
+		missing := unreached(all, check.Partitions)
+		if missing == nil {
+			break
+		}
+		if time.Now().After(deadline) || r.Context().Err() != nil {
+			err := a.unreachedError(q, missing, refused, failed)
+			a.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%w; nothing was deleted", err))
+			return
+		}
+		select {
+		case <-r.Context().Done():
+		case <-time.After(groupCheckRetry):
+		}
 	}
 	if !check.Found {
 		a.failErr(w, r, fmt.Errorf("%w: %q in queue %s", queue.ErrNoSuchGroup, g, q.Name()))

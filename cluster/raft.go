@@ -71,8 +71,11 @@ type raftHost struct {
 
 	mu       sync.Mutex
 	replicas map[string]*replica
-	partLogs map[queue.PartitionID]*raftLog
-	senders  map[string]*raftSender
+	// proposing: the replicas with proposals in flight, which expire
+	// looks at (not at every replica each second).
+	proposing map[*replica]bool
+	partLogs  map[queue.PartitionID]*raftLog
+	senders   map[string]*raftSender
 	// ackPolicies: what setAckPolicy set last, by queue.
 	ackPolicies map[string]ackPolicyKey
 
@@ -85,7 +88,7 @@ type raftHost struct {
 }
 
 func newRaftHost(n *Node, store RaftStore) *raftHost {
-	h := &raftHost{n: n, store: store, replicas: map[string]*replica{}, partLogs: map[queue.PartitionID]*raftLog{}, ackPolicies: map[string]ackPolicyKey{},
+	h := &raftHost{n: n, store: store, replicas: map[string]*replica{}, proposing: map[*replica]bool{}, partLogs: map[queue.PartitionID]*raftLog{}, ackPolicies: map[string]ackPolicyKey{},
 		senders: map[string]*raftSender{}, token: uint64(time.Now().UnixNano()) ^ multiraft.ID(n.opts.NodeID)}
 	m := n.Metrics()
 	h.mr = multiraft.New(multiraft.Options{
@@ -303,6 +306,7 @@ func (r *replica) Propose() {
 	for _, p := range ps {
 		r.inflight[p.id] = p
 	}
+	h.proposing[r] = true
 	r.proposed[seq] = ps
 	h.mu.Unlock()
 }
@@ -573,8 +577,9 @@ func (h *raftHost) expire() {
 	now := time.Now()
 	lates := map[*replica][]*proposal{}
 	h.mu.Lock()
-	for _, r := range h.replicas {
+	for r := range h.proposing {
 		if len(r.inflight) == 0 {
+			delete(h.proposing, r)
 			continue
 		}
 		for id, p := range r.inflight {

@@ -102,6 +102,9 @@ type Manager struct {
 
 	tickMu  sync.Mutex
 	ticking []*partition // partitions with timer work pending (see partition.ticking)
+	// tickWake tells the timer that the first partition with timer work
+	// came: it ticks every Tick again, not only at the next retention.
+	tickWake chan struct{}
 
 	admin sync.Mutex // serializes the operations of admin.go
 }
@@ -138,7 +141,8 @@ func NewManager(o ManagerOptions) (*Manager, error) {
 	if err := o.Defaults.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Manager{opts: o, log: o.Logger, queues: map[string]*Queue{}, creating: map[string]chan struct{}{}, stop: make(chan struct{})}
+	m := &Manager{opts: o, log: o.Logger, queues: map[string]*Queue{}, creating: map[string]chan struct{}{}, stop: make(chan struct{}),
+		tickWake: make(chan struct{}, 1)}
 	logs, err := o.Store.OpenLogs(LogOptions{MaxBatch: o.MaxBatch, OnCommit: o.OnCommit})
 	if err != nil {
 		return nil, err
@@ -365,17 +369,27 @@ func (m *Manager) Subscribe(ctx context.Context, f Filter, r Receiver, o Consume
 }
 
 func (m *Manager) run() {
-	t := time.NewTicker(m.opts.Tick)
+	// The timer ticks every Tick while some partition has timer work,
+	// and otherwise sleeps until the next retention: an idle node wakes
+	// a few times a second, not fifty.
+	t := time.NewTimer(m.opts.Tick)
 	defer t.Stop()
 	st := time.NewTicker(m.opts.SyncInterval)
 	defer st.Stop()
 	lastRetain := m.now()
+	resting := false
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-st.C:
 			m.logs.SyncAsync()
+			continue
+		case <-m.tickWake:
+			if resting {
+				resting = false
+				t.Reset(m.opts.Tick)
+			}
 			continue
 		case <-t.C:
 		}
@@ -384,13 +398,19 @@ func (m *Manager) run() {
 		if retain {
 			lastRetain = now
 		}
-		m.tick(now, retain)
+		if m.tick(now, retain) {
+			t.Reset(m.opts.Tick)
+		} else {
+			resting = true
+			t.Reset(max(m.opts.Tick, m.opts.RetainEvery-m.now().Sub(lastRetain)))
+		}
 	}
 }
 
 // tick runs the timer's work on the partitions that have some pending
-// and, when retain is set, the queues' retention work.
-func (m *Manager) tick(now time.Time, retain bool) {
+// and, when retain is set, the queues' retention work. It reports whether
+// partitions have timer work still.
+func (m *Manager) tick(now time.Time, retain bool) bool {
 	m.tickMu.Lock()
 	ps := m.ticking
 	m.ticking = nil
@@ -417,6 +437,9 @@ func (m *Manager) tick(now time.Time, retain bool) {
 			q.retainTick(now)
 		}
 	}
+	m.tickMu.Lock()
+	defer m.tickMu.Unlock()
+	return len(m.ticking) > 0
 }
 
 // addTicking puts p in the list of partitions with timer work.
@@ -424,6 +447,10 @@ func (m *Manager) addTicking(p *partition) {
 	m.tickMu.Lock()
 	m.ticking = append(m.ticking, p)
 	m.tickMu.Unlock()
+	select {
+	case m.tickWake <- struct{}{}:
+	default:
+	}
 }
 
 // Close stops the timer, finishes every pending commit and returns. The

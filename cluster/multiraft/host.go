@@ -200,14 +200,22 @@ type Host struct {
 	dirty map[*Group]bool
 	// awake are the groups that tick (driver goroutine); quiesced counts
 	// the others (quiesce.go). heard is when a message last came from
-	// each node, pinged the nodes pinged each tick and when they were
-	// listed (driver goroutine); silent the nodes not heard from for an
+	// each node, pinged the nodes pinged every pingTicks ticks and when
+	// they were listed, pingIn the ticks left until the next ping
+	// (driver goroutine); silent the nodes not heard from for an
 	// election timeout (guarded by mu).
-	awake    map[*Group]bool
-	quiesced atomic.Int64
-	heard    map[uint64]time.Time
-	pinged   map[uint64]string
-	peersAt  time.Time
+	awake map[*Group]bool
+	// unsynced: the groups a checkpoint looks at, those not quiesced
+	// with their applied index recorded since (driver goroutine);
+	// checkpointN counts checkpoints, every sweepEvery-th of which looks
+	// at every group all the same.
+	unsynced    map[*Group]bool
+	checkpointN int
+	quiesced    atomic.Int64
+	heard       map[uint64]time.Time
+	pinged      map[uint64]string
+	peersAt     time.Time
+	pingIn      int
 	// peersChanged: a group opened or changed replicas since the nodes
 	// pinged were listed (guarded by mu).
 	peersChanged bool
@@ -254,7 +262,7 @@ func New(o Options) *Host {
 		inbox: make(chan inbound, 4096), wake: make(chan struct{}, 1),
 		copies: make(chan copyResult, 64), sending: map[string]bool{}, changes: make(chan confRequest, 64),
 		closes: make(chan *Group), closed: map[string]bool{}, done: make(chan struct{}),
-		awake: map[*Group]bool{}, heard: map[uint64]time.Time{},
+		awake: map[*Group]bool{}, unsynced: map[*Group]bool{}, heard: map[uint64]time.Time{},
 		run: binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano())), peerRun: map[uint64]string{},
 		checkpoints: make(chan checkpointDone, 1), dirty: map[*Group]bool{}}
 }
@@ -806,6 +814,10 @@ func (h *Host) send(g *Group, msgs []*rpb.Message) {
 
 // checkpoint syncs what the state machines stored so far and records the
 // applied index of each group, then compacts their logs.
+// sweepEvery: every sweepEvery-th checkpoint looks at every group, not
+// only those it knows changed.
+const sweepEvery = 20
+
 func (h *Host) checkpoint(ctx context.Context) {
 	if h.checkpointing {
 		return
@@ -813,8 +825,16 @@ func (h *Host) checkpoint(ctx context.Context) {
 	var gs []*Group
 	var stored []uint64
 	var ws []Write
-	for _, g := range h.all() {
-		if g.quiesced.Load() && g.quietSynced {
+	look := h.unsynced
+	if h.checkpointN++; h.checkpointN%sweepEvery == 0 {
+		look = map[*Group]bool{}
+		for _, g := range h.all() {
+			look[g] = true
+		}
+	}
+	for g := range look {
+		if g.quiesced.Load() && g.quietSynced || g.removed {
+			delete(h.unsynced, g)
 			continue // nothing stored since its last checkpoint
 		}
 		s := g.sm.Stored()
