@@ -30,6 +30,7 @@ import (
 //	PUT    /api/v1/queues/{q}                        create or change a queue (settings, persisted)
 //	DELETE /api/v1/queues/{q}                        delete a queue with its groups and its DLQ
 //	GET    /api/v1/queues/{q}/messages               peek: ?partition=P&from=OFFSET&limit=N
+//	GET    /api/v1/queues/{q}/consumers              the clients consuming it (clients.go)
 //	POST   /api/v1/queues/{q}/purge                  delete every message
 //	DELETE /api/v1/queues/{q}/groups/{g}             delete a consumer group
 //	POST   /api/v1/queues/{q}/dlq/replay             replay dead letters: {"ids": [...]} or all
@@ -37,6 +38,8 @@ import (
 //	GET    /api/v1/queues/{q}/dlq/messages           calls on it
 //	POST   /api/v1/queues/{q}/dlq/purge
 //	DELETE /api/v1/queues/{q}/dlq/groups/{g}
+//	GET    /api/v1/clients                           connected clients: ?node=&user=&limit= (clients.go)
+//	DELETE /api/v1/clients/{id}                      disconnect a client
 //	GET    /api/v1/cluster                           the nodes and each partition's owner (clusterapi.go)
 //
 // In a cluster, the reads of queues (the list, a queue, a peek) gather
@@ -69,6 +72,7 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		{"/api/v1/queues", map[string]http.HandlerFunc{"GET": a.listQueues}},
 		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare), "DELETE": a.mutating(a.single(a.deleteQueue))}},
 		{"/api/v1/queues/{queue}/messages", map[string]http.HandlerFunc{"GET": a.peek(false)}},
+		{"/api/v1/queues/{queue}/consumers", map[string]http.HandlerFunc{"GET": a.queueConsumers}},
 		{"/api/v1/queues/{queue}/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(false))}},
 		{"/api/v1/queues/{queue}/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(false))}},
 		{"/api/v1/queues/{queue}/dlq", map[string]http.HandlerFunc{"GET": a.showQueue(true)}},
@@ -76,6 +80,8 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		{"/api/v1/queues/{queue}/dlq/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(true))}},
 		{"/api/v1/queues/{queue}/dlq/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(true))}},
 		{"/api/v1/queues/{queue}/dlq/replay", map[string]http.HandlerFunc{"POST": a.mutating(a.replay)}},
+		{"/api/v1/clients", map[string]http.HandlerFunc{"GET": a.listClients}},
+		{"/api/v1/clients/{client}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.disconnectClient)}},
 		{"/api/v1/cluster", map[string]http.HandlerFunc{"GET": a.clusterStatus}},
 		{"/api/v1/cluster/nodes/{node}/drain", map[string]http.HandlerFunc{"POST": a.mutating(a.clustered(a.drain(true)))}},
 		{"/api/v1/cluster/nodes/{node}/undrain", map[string]http.HandlerFunc{"POST": a.mutating(a.clustered(a.drain(false)))}},

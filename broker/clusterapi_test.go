@@ -52,17 +52,16 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestClusterAdminAPI checks GET /api/v1/cluster and the reads of the
-// queues in a cluster of two nodes: any node answers for the whole
-// cluster, each partition counted once, by its owner; a node that went
-// down owning partitions is named in nodes_missing.
-func TestClusterAdminAPI(t *testing.T) {
+// twoNodes starts a cluster of two nodes, node-a and node-b, with an
+// embedded etcd, one replica per partition and the admin token given, and
+// waits until each sees the other.
+func twoNodes(t *testing.T, token string) (a, b *testBroker) {
+	t.Helper()
 	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	const token = "cluster-token"
 	node := func(id string) *testBroker {
 		return startBroker(t, t.TempDir(), func(c *config.Config) {
 			c.NodeID = id
@@ -73,7 +72,7 @@ func TestClusterAdminAPI(t *testing.T) {
 			c.Cluster.LeaseTTL = 2 * time.Second
 		})
 	}
-	a, b := node("node-a"), node("node-b")
+	a, b = node("node-a"), node("node-b")
 	waitUntil(t, "both nodes see each other", func() bool {
 		for _, x := range []*testBroker{a, b} {
 			st := x.Cluster().Status()
@@ -83,6 +82,16 @@ func TestClusterAdminAPI(t *testing.T) {
 		}
 		return true
 	})
+	return a, b
+}
+
+// TestClusterAdminAPI checks GET /api/v1/cluster and the reads of the
+// queues in a cluster of two nodes: any node answers for the whole
+// cluster, each partition counted once, by its owner; a node that went
+// down owning partitions is named in nodes_missing.
+func TestClusterAdminAPI(t *testing.T) {
+	const token = "cluster-token"
+	a, b := twoNodes(t, token)
 
 	c := dialRaw(t, a.MQTTAddr(), "producer", connectOpts{})
 	const n = 40

@@ -69,9 +69,13 @@ func spread[T any](a *adminAPI, r *http.Request, body any, checkOnly bool) (answ
 }
 
 // spreadable reports whether method and path name a change nodes spread
-// to each other: a purge, a group delete or a replay.
+// to each other: a purge, a group delete, a replay or a client's
+// disconnect (clients.go).
 func spreadable(method, path string) bool {
 	path, _, _ = strings.Cut(path, "?")
+	if id, ok := strings.CutPrefix(path, "/api/v1/clients/"); ok {
+		return method == http.MethodDelete && id != "" && !strings.Contains(id, "/")
+	}
 	rest, ok := strings.CutPrefix(path, "/api/v1/queues/")
 	if !ok {
 		return false

@@ -96,6 +96,9 @@ type rawClient struct {
 	closed chan struct{}
 	err    error
 	seen   []byte // the type of every packet received, in order
+	// disconnect is the server's DISCONNECT, once it came (read it after
+	// closed is closed).
+	disconnect *packets.Disconnect
 
 	connack *packets.Connack
 }
@@ -207,6 +210,10 @@ func (c *rawClient) read() {
 			ch := c.unsubs[p.PacketID]
 			c.mu.Unlock()
 			ch <- p
+		case *packets.Disconnect:
+			c.mu.Lock()
+			c.disconnect = p
+			c.mu.Unlock()
 		}
 	}
 }

@@ -20,11 +20,17 @@ const (
 
 // subscription is one queue subscription of a client: a consumer of a group.
 type subscription struct {
-	c        *conn
-	raw      string
-	filter   queue.Filter
-	qos      byte
-	consumer queue.Subscription
+	c      *conn
+	raw    string
+	filter queue.Filter
+	qos    byte
+	// prefetch: the unsettled messages it may hold (the smallest of the
+	// queue's prefetch, the property and the v5 Receive Maximum);
+	// partitions: those it claimed by name; explicit: ack=explicit.
+	prefetch   int
+	partitions []int
+	explicit   bool
+	consumer   queue.Subscription
 	// held keeps deliveries until the SUBACK is written (see OnSubscribed);
 	// started says it was. Both guarded by the conn's lock.
 	held    []delivery
@@ -244,7 +250,12 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 	}
 	c := h.connFor(cl)
 	o.Credit = c.credit
-	s := &subscription{c: c, raw: sub.Filter, filter: o.filter, qos: min(sub.Qos, 1), started: start}
+	prefetch := qo.Prefetch
+	if o.Prefetch > 0 && o.Prefetch < prefetch {
+		prefetch = o.Prefetch
+	}
+	s := &subscription{c: c, raw: sub.Filter, filter: o.filter, qos: min(sub.Qos, 1), started: start,
+		prefetch: prefetch, partitions: o.Partitions, explicit: o.Explicit}
 	c.mu.Lock()
 	old := c.subs[sub.Filter]
 	closed := c.closed

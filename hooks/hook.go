@@ -53,6 +53,9 @@ type Hook struct {
 	conns sync.Map // *mqtt.Client -> *conn
 	// qos0Warned: the queue and group pairs warned of a QoS 0 consumer.
 	qos0Warned sync.Map
+	// since: when each connected client's session was established
+	// (*mqtt.Client -> time.Time).
+	since sync.Map
 
 	mu   sync.Mutex
 	byID map[string]*conn // the live conn of each client ID
@@ -175,6 +178,7 @@ func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 // OnSessionEstablished resumes the queue subscriptions of a restored
 // session (mochi does not call OnSubscribed for them).
 func (h *Hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
+	h.since.Store(cl, time.Now())
 	for filter, sub := range cl.State.Subscriptions.GetAll() {
 		if queue.IsQueueTopic(filter) {
 			h.subscribe(cl, sub, h.savedProps(cl.ID, filter), true)
@@ -185,6 +189,7 @@ func (h *Hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 
 // OnDisconnect releases everything the client held.
 func (h *Hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
+	h.since.Delete(cl)
 	v, ok := h.conns.LoadAndDelete(cl)
 	if !ok {
 		return

@@ -35,6 +35,7 @@ type adminOptions struct {
 	limit                 int
 	dlq                   bool
 	ids                   stringList
+	node, user, queue     string
 }
 
 // adminCall is one run of an admin command.
@@ -151,6 +152,35 @@ var adminCommands = []adminSpec{
 				req.IDs = (*[]string)(&a.opts.ids)
 			}
 			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+"/dlq/replay", req, a.out, printReplay)
+		}},
+	{name: "clients", short: "the connected clients, with what they subscribe to and consume",
+		about: "Lists the connected clients (of every node, in a cluster): id, node, user,\nprotocol, since when, subscriptions, and for queue consumers the group,\nthe messages held against the prefetch, and the partitions claimed.",
+		flags: func(fs *flag.FlagSet, o *adminOptions) {
+			fs.StringVar(&o.node, "node", "", "only the clients connected to `NODE`")
+			fs.StringVar(&o.user, "user", "", "only the clients of `USER`")
+			fs.StringVar(&o.queue, "queue", "", "only the consumers of `QUEUE`")
+			fs.IntVar(&o.limit, "limit", 1000, "at most `N` clients, 1 to 10000")
+		},
+		run: func(ctx context.Context, a *adminCall) error {
+			v := url.Values{"limit": {strconv.Itoa(a.opts.limit)}}
+			for k, x := range map[string]string{"node": a.opts.node, "user": a.opts.user} {
+				if x != "" {
+					v.Set(k, x)
+				}
+			}
+			path := "/api/v1/clients?"
+			if a.opts.queue != "" {
+				path = "/api/v1/queues/" + url.PathEscape(a.opts.queue) + "/consumers?"
+			}
+			return call(ctx, a.c, "GET", path+v.Encode(), nil, a.out, printClients)
+		}},
+	{name: "client disconnect", args: "CLIENT", nargs: 1, short: "disconnect a client",
+		missing: "want the id of the client to disconnect, as shardq clients lists it",
+		about:   "Disconnects a client, wherever in the cluster it is connected (an MQTT 5\nclient is told why: DISCONNECT 0x98, administrative action). What it held\ngoes back to its groups at once; it may connect again. Needs the token when\nthe node has one.",
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "DELETE", "/api/v1/clients/"+a.q(0), nil, a.out, func(w io.Writer, r broker.ClientDisconnected) {
+				fmt.Fprintf(w, "disconnected client %s from node %s\n", r.Client, r.Node)
+			})
 		}},
 	{name: "cluster status", short: "the nodes and the owner and replicas of each partition",
 		about: "Shows the cluster as the node asked sees it: each node with its state (up,\nleaving, draining, drained, down), addresses, and how many partitions it\nkeeps a replica of and leads; then each partition of every queue with its\nowner, epoch, replicas, in-sync replicas and learners (replicas catching up\nbefore they vote). Any node answers; a single node shows itself owning\nevery partition.",
@@ -314,12 +344,12 @@ func (e usageErr) Error() string { return e.msg }
 const defaultServer = "http://" + config.DefaultHTTP
 
 // adminCommand runs the admin commands: args[0] is queues, queue, group,
-// dlq or cluster. It returns 0 on success, 1 when the call failed and 2
-// for bad usage.
+// dlq, clients, client or cluster. It returns 0 on success, 1 when the
+// call failed and 2 for bad usage.
 func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	name := args[0]
 	rest := args[1:]
-	if name != "queues" {
+	if name != "queues" && name != "clients" {
 		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") || rest[0] == "help" {
 			return groupUsage(name, rest, stdout, stderr)
 		}
@@ -559,6 +589,36 @@ func printQueues(w io.Writer, l broker.QueueList) {
 }
 
 // printMissing names the nodes of a cluster whose figures are missing.
+func printClients(w io.Writer, l broker.ClientList) {
+	tw := table(w)
+	fmt.Fprintln(tw, "CLIENT\tNODE\tUSER\tMQTT\tSINCE\tSUBSCRIPTIONS\tCONSUMES (HELD/PREFETCH)")
+	for _, c := range l.Clients {
+		subs := make([]string, len(c.Subscriptions))
+		for i, s := range c.Subscriptions {
+			subs[i] = s.Filter
+		}
+		cons := make([]string, len(c.Consumers))
+		for i, x := range c.Consumers {
+			cons[i] = fmt.Sprintf("%s/%s %d/%d", x.Queue, x.Group, x.Leased, x.Prefetch)
+			if len(x.Partitions) > 0 {
+				ps := make([]string, len(x.Partitions))
+				for j, p := range x.Partitions {
+					ps[j] = strconv.Itoa(p)
+				}
+				cons[i] += " partitions " + strings.Join(ps, ",")
+			}
+		}
+		proto := map[byte]string{3: "3.1", 4: "3.1.1", 5: "5"}[c.Protocol]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Node, dash(c.User), proto, dash(c.ConnectedAt),
+			dash(strings.Join(subs, " ")), dash(strings.Join(cons, " ")))
+	}
+	tw.Flush()
+	if l.Total > len(l.Clients) {
+		fmt.Fprintf(w, "%d of %d clients (--limit)\n", len(l.Clients), l.Total)
+	}
+	printMissing(w, l.NodesMissing)
+}
+
 func printMissing(w io.Writer, missing []string) {
 	if len(missing) > 0 {
 		fmt.Fprintf(w, "\nfigures missing from %d nodes: %s\n", len(missing), strings.Join(missing, "; "))

@@ -173,6 +173,25 @@ func TestAdminCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("clients", func(t *testing.T) {
+		mqttClient(t, b, "visitor", nil)
+		out := must(t, "clients", "--server", server, "--token", cliToken)
+		if !strings.Contains(out, "CLIENT") || !strings.Contains(out, "visitor") || !strings.Contains(out, "producer") {
+			t.Errorf("clients table:\n%s", out)
+		}
+		if out := must(t, "clients", "--user", "nobody", "--server", server, "--token", cliToken); strings.Contains(out, "visitor") {
+			t.Errorf("clients --user nobody:\n%s", out)
+		}
+		if out := must(t, "client", "disconnect", "visitor", "--server", server, "--token", cliToken); !strings.Contains(out, "disconnected client visitor") {
+			t.Errorf("client disconnect:\n%s", out)
+		}
+		waitUntil(t, func() bool {
+			return !strings.Contains(must(t, "clients", "--server", server, "--token", cliToken), "visitor")
+		})
+		fails(t, 1, "is not connected", "client", "disconnect", "visitor", "--server", server, "--token", cliToken)
+		fails(t, 2, "want the id of the client", "client", "disconnect", "--server", server)
+	})
+
 	t.Run("queue show", func(t *testing.T) {
 		out := must(t, "queue", "show", "jobs", "--server", server, "--token", cliToken)
 		for _, want := range []string{"queue jobs on node-cli", "max_deliveries=1", "PARTITION", "workers", "dead-letter queue jobs/$dlq"} {

@@ -37,6 +37,8 @@ commands:
   queue              show, peek, purge or declare a queue
   group delete       delete a consumer group
   dlq replay         publish dead letters into their queue again
+  clients            the connected clients, with what they subscribe to and consume
+  client disconnect  disconnect a client
   cluster status     the nodes of a cluster and the owner of each partition
   cluster drain      move every partition off a node, before stopping it
   cluster undrain    let a drained node hold partitions again
@@ -76,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return versionCommand(nil, stdout, stderr)
 	case "health":
 		return healthCommand(ctx, rest, stdout, stderr, os.Getenv)
-	case "queues", "queue", "group", "dlq":
+	case "queues", "queue", "group", "dlq", "clients", "client":
 		return adminCommand(ctx, append([]string{cmd}, rest...), stdout, stderr, os.Getenv)
 	case "cluster":
 		return clusterCommand(ctx, rest, stdout, stderr, os.Getenv)
@@ -102,7 +104,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	switch args[0] {
-	case "serve", "version", "health", "queues", "queue", "group", "dlq", "cluster", "passwd", "migrate-shards", "bench":
+	case "serve", "version", "health", "queues", "queue", "group", "dlq", "clients", "client", "cluster", "passwd", "migrate-shards", "bench":
 		return run(append(args[:len(args):len(args)], "--help"), stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "shardq help: unknown command %q\n\n%s", args[0], usage)
