@@ -225,16 +225,8 @@ func (n *Node) reconcilePartition(id queue.PartitionID, allowed []string, rf int
 // revisitAfter is how long a settled partition goes without a reconcile
 // pass: what follows from time alone (a leadership handed back after
 // leaderSettle, a replica replaced after ReplaceAfter) waits that long at
-// most. calmRevisitAfter is as long for a replicated partition the last
-// pass found calm: its replicas the ones placement wants, each node a
-// member, its leader the preferred one (or not led here): nothing
-// follows from time alone, and a change of the record, the topology or
-// the group brings the next pass. Thousands of idle partitions each
-// visited every 10 s had cost an idle node a third of its time.
-const (
-	revisitAfter     = 10 * time.Second
-	calmRevisitAfter = 2 * time.Minute
-)
+// most.
+const revisitAfter = 10 * time.Second
 
 // visit is what a reconcile pass saw of a partition: its record's
 // revision, the cluster's topology, and its raft group's version (or,
@@ -245,7 +237,6 @@ type visit struct {
 	version  uint64
 	at       time.Time
 	rep      *replica // the partition's replica here, when it has one
-	calm     bool     // see calmRevisitAfter
 }
 
 // settled reports whether partition id is as the last pass left it, with
@@ -273,26 +264,13 @@ func (n *Node) settled(id queue.PartitionID, rec Ownership, rf int) bool {
 		v.version = epoch
 	}
 	n.visited[id] = v
-	revisit := revisitAfter
-	if last.calm {
-		revisit = calmRevisitAfter
-	}
-	if !seen || !quiet || last.rev != v.rev || last.topology != v.topology || last.version != v.version || v.at.Sub(last.at) >= revisit {
+	if !seen || !quiet || last.rev != v.rev || last.topology != v.topology || last.version != v.version || v.at.Sub(last.at) >= revisitAfter {
 		n.active[id] = true
 		return false
 	}
 	n.visited[id] = last // still counting from the last visit
 	delete(n.active, id)
 	return true
-}
-
-// calm notes that the pass under way found partition id calm (see
-// calmRevisitAfter). Reconcile goroutine only.
-func (n *Node) calm(id queue.PartitionID) {
-	if v, ok := n.visited[id]; ok {
-		v.calm = true
-		n.visited[id] = v
-	}
 }
 
 // liveNode reports whether node is a member now.
@@ -479,10 +457,6 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		if g.IsLeader() && leaving {
 			n.raft.mr.TransferAll(n.liveNode)
 		}
-		if !g.IsLeader() && !leaving {
-			// A follower: its leader acts for the group.
-			n.calm(id)
-		}
 		return
 	}
 	term := g.LeaderTerm()
@@ -530,10 +504,8 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		r.servedTerm.Store(term)
 		n.acquire(id, rec.Epoch)
 	}
-	placed := n.maintainReplicas(id, r, rec, allowed, rf)
-	if n.balanceLeader(id, r, allowed) && placed {
-		n.calm(id)
-	}
+	n.maintainReplicas(id, r, rec, allowed, rf)
+	n.balanceLeader(id, r, allowed)
 }
 
 // claimLeaderWait bounds how long a leader waits for etcd to record it
@@ -625,33 +597,29 @@ const leaderSettle = 3 * time.Second
 // once it is in sync. So the partitions' leaders spread over the nodes as
 // their owners do with one replica, and return to a node that was down
 // once it caught up, rather than staying on the nodes that survived.
-func (n *Node) balanceLeader(id queue.PartitionID, r *replica, allowed []string) (preferred bool) {
+func (n *Node) balanceLeader(id queue.PartitionID, r *replica, allowed []string) {
 	if time.Since(r.g.LeaderSince()) < leaderSettle || monoNow()-r.handedAt.Load() < int64(leaderSettle) {
-		return false
+		return
 	}
 	cur := r.g.Replicas()
 	in, ok := r.g.InSync()
 	if !ok {
-		return false
+		return
 	}
 	n.mu.Lock()
 	ranked := n.view.top(id, allowed, len(n.view.nodes))
 	n.mu.Unlock()
-	to := ""
+	preferred := ""
 	for _, node := range ranked {
 		if slices.Contains(cur, node) {
-			to = node
+			preferred = node
 			break
 		}
 	}
-	if to == n.opts.NodeID {
-		return true
+	if preferred == "" || preferred == n.opts.NodeID || !slices.Contains(in, preferred) {
+		return
 	}
-	if to == "" || !slices.Contains(in, to) {
-		return false
-	}
-	n.handLeadership(id, r, "to its preferred replica "+to, func(node string) bool { return node == to })
-	return false
+	n.handLeadership(id, r, "to its preferred replica "+preferred, func(node string) bool { return node == preferred })
 }
 
 // handLeadership hands the leadership of a partition this node leads to
@@ -681,10 +649,10 @@ func (n *Node) handLeadership(id queue.PartitionID, r *replica, why string, to f
 // it leads. A replica whose node has been gone for ReplaceAfter is
 // removed. At most MaxMoves partitions move at once per leader; a
 // replica replacing a missing one does not wait for that.
-func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownership, allowed []string, rf int) (placed bool) {
+func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownership, allowed []string, rf int) {
 	voters, learners := rep.g.Replicas(), rep.g.Learners()
 	if len(voters) == 0 {
-		return false
+		return
 	}
 	if !sameSet(voters, rec.Replicas) || !sameSet(learners, rec.Learners) {
 		next := rec
@@ -693,7 +661,7 @@ func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownershi
 		if _, _, err := n.writeOwnership(n.ctx, id, clientv3.Compare(clientv3.ModRevision(key), "=", rec.rev), next); err != nil {
 			n.log.Warn("recording a partition's replicas", "partition", id.String(), "err", err)
 		}
-		return false
+		return
 	}
 	self := n.opts.NodeID
 	in, _ := rep.g.InSync()
@@ -701,12 +669,6 @@ func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownershi
 	n.mu.Lock()
 	gone := n.goneFor(append(slices.Clone(voters), learners...), n.opts.ReplaceAfter)
 	wanted := n.view.top(id, allowed, rf)
-	missing := false // a replica's node not a member now
-	for _, v := range voters {
-		if _, ok := n.view.nodes[v]; !ok {
-			missing = true
-		}
-	}
 	n.mu.Unlock()
 	switch {
 	case len(learners) > 0:
@@ -721,39 +683,37 @@ func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownershi
 			n.log.Info("promoting a learner up to date", "partition", id.String(), "node", l)
 			rep.g.RequestChange(multiraft.Promote, l)
 		}
-		return false
+		return
 	case len(gone) > 0 && len(voters) > 1:
 		n.log.Info("replacing a replica whose node is gone", "partition", id.String(), "node", gone[0], "after", n.opts.ReplaceAfter)
 		rep.g.RequestChange(multiraft.Remove, gone[0])
-		return false
+		return
 	case len(voters) > rf:
 		x := n.leastWanted(id, voters, wanted)
 		if !quorumWithout(voters, in, x) {
-			return false // the others must be in sync first
+			return // the others must be in sync first
 		}
 		if x == self {
 			n.handLeadership(id, rep, "its replica here is to be removed", func(node string) bool {
 				return node != self && slices.Contains(in, node) && slices.Contains(wanted, node)
 			})
-			return false
+			return
 		}
 		n.log.Info("removing a replica placement no longer wants", "partition", id.String(), "node", x, "replicas", voters)
 		rep.g.RequestChange(multiraft.Remove, x)
-		return false
+		return
 	}
 	for _, w := range wanted {
 		if slices.Contains(voters, w) {
 			continue
 		}
 		if len(voters) >= rf && !n.takeMove() {
-			return false
+			return
 		}
 		n.log.Info("adding a replica as a learner", "partition", id.String(), "node", w, "replicas", voters)
 		rep.g.RequestChange(multiraft.AddLearner, w)
-		return false
+		return
 	}
-	// Every wanted node a voter (above), and no other.
-	return !missing && len(voters) == len(wanted)
 }
 
 // goneFor returns the nodes of replicas that have not been members for

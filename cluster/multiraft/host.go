@@ -200,9 +200,8 @@ type Host struct {
 	dirty map[*Group]bool
 	// awake are the groups that tick (driver goroutine); quiesced counts
 	// the others (quiesce.go). heard is when a message last came from
-	// each node, pinged the nodes pinged every pingTicks ticks and when
-	// they were listed, pingIn the ticks left until the next ping
-	// (driver goroutine); silent the nodes not heard from for an
+	// each node, pinged the nodes pinged each tick and when they were
+	// listed (driver goroutine); silent the nodes not heard from for an
 	// election timeout (guarded by mu).
 	awake map[*Group]bool
 	// unsynced: the groups a checkpoint looks at, those not quiesced
