@@ -214,7 +214,6 @@ type Host struct {
 	heard       map[uint64]time.Time
 	pinged      map[uint64]string
 	peersAt     time.Time
-	pingIn      int
 	// peersChanged: a group opened or changed replicas since the nodes
 	// pinged were listed (guarded by mu).
 	peersChanged bool
