@@ -399,6 +399,9 @@ func (m *Manager) run() {
 			lastRetain = now
 		}
 		if m.tick(now, retain) {
+			// Ticking: a partition coming now must not reset the timer
+			// (it would never fire while partitions keep coming).
+			resting = false
 			t.Reset(m.opts.Tick)
 		} else {
 			resting = true
