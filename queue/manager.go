@@ -399,8 +399,8 @@ func (m *Manager) run() {
 			lastRetain = now
 		}
 		if m.tick(now, retain) {
-			// Ticking: a partition coming now must not reset the timer
-			// (it would never fire while partitions keep coming).
+			// Ticking again: a partition coming now need not reset the
+			// timer, which would put the next tick off.
 			resting = false
 			t.Reset(m.opts.Tick)
 		} else {
