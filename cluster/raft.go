@@ -196,6 +196,9 @@ type proposal struct {
 	done  func(error)
 	id    uint64
 	at    time.Time
+	// term is the leadership term the partition's state it was made
+	// from was loaded in: its entry counts only in that term.
+	term uint64
 	// early: ack_policy leader, acknowledged once on this leader's disk;
 	// persisted and acked record that it was (guarded by raftHost.mu).
 	early     bool
@@ -287,7 +290,17 @@ func (r *replica) Propose() {
 		h.fail(ps, notLeader(r))
 		return
 	}
-	e := &pb.RaftEntry{}
+	term := r.g.LeaderTerm()
+	if stale := slices.DeleteFunc(slices.Clone(ps), func(p *proposal) bool { return p.term == term }); len(stale) > 0 {
+		// Made from the state of an earlier leadership of this node: never
+		// proposed, so never stored; routed again.
+		ps = slices.DeleteFunc(ps, func(p *proposal) bool { return p.term != term })
+		h.fail(stale, notLeader(r))
+		if len(ps) == 0 {
+			return
+		}
+	}
+	e := &pb.RaftEntry{Term: term}
 	for _, p := range ps {
 		e.Writes = append(e.Writes, toLogWrite(p.log.id, p.epoch, p.msg, p.state))
 	}
@@ -296,7 +309,7 @@ func (r *replica) Propose() {
 	data := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64([]byte{entryTag}, h.token), seq)
 	data, err := proto.MarshalOptions{}.MarshalAppend(data, e)
 	if err == nil {
-		err = r.g.Propose(data)
+		err = r.g.Propose(term, data)
 	}
 	if err != nil {
 		h.fail(ps, fmt.Errorf("%w: %s: %v", queue.ErrNotOwned, r.g.Name(), err))
@@ -357,6 +370,11 @@ func (r *replica) Apply(ents []*rpb.Entry) {
 			// decoding.
 			h.mu.Lock()
 			ps := r.proposed[seq]
+			if len(ps) > 0 && ps[0].term != e.GetTerm() {
+				h.mu.Unlock()
+				r.void(e, seq, ps[0].term)
+				continue
+			}
 			delete(r.proposed, seq)
 			live := make([]bool, len(ps))
 			for i, p := range ps {
@@ -368,9 +386,6 @@ func (r *replica) Apply(ents []*rpb.Entry) {
 				r.markStored(index, len(ps))
 				for i, p := range ps {
 					b := new(queue.Batch)
-					if p.msg != nil && p.msg.Origin != (queue.Origin{}) {
-						h.n.origins.stored(p.msg.Origin)
-					}
 					if p.msg != nil {
 						b.Appends = append(b.Appends, queue.Append{Queue: p.log.id.Queue, Partition: p.log.id.Partition, Message: p.msg})
 					}
@@ -392,13 +407,14 @@ func (r *replica) Apply(ents []*rpb.Entry) {
 			r.markStored(index, 0)
 			continue
 		}
+		if re.Term != 0 && re.Term != e.GetTerm() {
+			r.void(e, 0, re.Term)
+			continue
+		}
 		r.markStored(index, len(re.Writes))
 		for _, w := range re.Writes {
 			id := queue.PartitionID{Queue: w.Queue, Partition: r.id.Partition}
-			msg, b := fromLogWrite(id, w)
-			if msg != nil && msg.Origin != (queue.Origin{}) {
-				h.n.origins.stored(msg.Origin)
-			}
+			_, b := fromLogWrite(id, w)
 			r.store1(index, id, nil, b)
 		}
 	}
@@ -425,6 +441,13 @@ func (r *replica) store1(index uint64, id queue.PartitionID, own *proposal, b *q
 		return
 	}
 	b.Appends = l.skipStored(b.Appends)
+	for _, a := range b.Appends {
+		// Only what is stored: a retry of a publish whose write was
+		// skipped must be stored again, not answered as stored.
+		if a.Message.Origin != (queue.Origin{}) {
+			h.n.origins.stored(a.Message.Origin)
+		}
+	}
 	l.inner.Append(0, nil, b, false, func(err error) {
 		r.storedOne(index)
 		if own != nil {
@@ -446,6 +469,34 @@ func entryHeader(data []byte) (token, seq uint64, body []byte, ok bool) {
 		return 0, 0, data, false
 	}
 	return binary.BigEndian.Uint64(data[1:9]), binary.BigEndian.Uint64(data[9:17]), data[17:], true
+}
+
+// void skips an entry committed in a term other than the one that
+// proposed it (RaftEntry.Term), on every replica alike: its writes were
+// made from a state a newer leader has written past (offsets it gave out
+// since), so none of them is stored. own, when not 0, numbers the entry
+// among this run's proposals: they fail as not stored, and are routed
+// again.
+func (r *replica) void(e *rpb.Entry, own, term uint64) {
+	h := r.h
+	h.n.log.Warn("raft entry proposed in an earlier term skipped", "group", groupName(r.id), "index", e.GetIndex(), "proposed_in", term, "committed_in", e.GetTerm())
+	r.markStored(e.GetIndex(), 0)
+	if own == 0 {
+		return
+	}
+	seq := own
+	h.mu.Lock()
+	ps := r.proposed[seq]
+	delete(r.proposed, seq)
+	live := ps[:0]
+	for _, p := range ps {
+		if _, ok := r.inflight[p.id]; ok {
+			delete(r.inflight, p.id)
+			live = append(live, p)
+		}
+	}
+	h.mu.Unlock()
+	h.fail(live, notLeader(r))
 }
 
 // markStored records that entry index has n writes to store.

@@ -117,13 +117,15 @@ func (l *raftLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, _
 		go p.finish(fmt.Errorf("%w: %s: this node does not lead its replicas", queue.ErrNotOwned, l.id))
 		return
 	}
-	if term := r.g.LeaderTerm(); r.servedTerm.Load() != term {
+	term := r.g.LeaderTerm()
+	if r.servedTerm.Load() != term {
 		// Loaded in an earlier term of this node's leadership (it lost it
 		// and won it back): what it holds in memory missed what other
 		// leaders wrote meanwhile, until it is loaded again.
 		go p.finish(fmt.Errorf("%w: %s: loaded in an earlier term than %d", queue.ErrNotOwned, l.id, term))
 		return
 	}
+	p.term = term
 	l.h.mu.Lock()
 	r.pending = append(r.pending, p)
 	l.h.mu.Unlock()

@@ -2538,8 +2538,12 @@ func (x *LogWrite) GetErase() bool {
 // token and the entry's number in that run; see cluster/raft.go), then
 // this message.
 type RaftEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Writes        []*LogWrite            `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Writes []*LogWrite            `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	// The term of the leadership that proposed the writes: they count only
+	// if the entry is committed in that term. 0 in an entry of a version
+	// that did not write it.
+	Term          uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2579,6 +2583,13 @@ func (x *RaftEntry) GetWrites() []*LogWrite {
 		return x.Writes
 	}
 	return nil
+}
+
+func (x *RaftEntry) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
 }
 
 var File_cluster_proto protoreflect.FileDescriptor
@@ -2787,9 +2798,10 @@ const file_cluster_proto_rawDesc = "" +
 	"dropGroups\x124\n" +
 	"\x06dedups\x18\n" +
 	" \x03(\v2\x1c.shardq.cluster.v1.DedupMarkR\x06dedups\x12\x14\n" +
-	"\x05erase\x18\v \x01(\bR\x05eraseJ\x04\b\f\x10\r\"F\n" +
+	"\x05erase\x18\v \x01(\bR\x05eraseJ\x04\b\f\x10\r\"Z\n" +
 	"\tRaftEntry\x123\n" +
-	"\x06writes\x18\x02 \x03(\v2\x1b.shardq.cluster.v1.LogWriteR\x06writesJ\x04\b\x01\x10\x02*\xdd\x01\n" +
+	"\x06writes\x18\x02 \x03(\v2\x1b.shardq.cluster.v1.LogWriteR\x06writes\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04termJ\x04\b\x01\x10\x02*\xdd\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tNOT_OWNED\x10\x01\x12\n" +

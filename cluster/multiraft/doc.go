@@ -13,7 +13,7 @@
 //	go h.Run(ctx)
 //	g, err := h.Open("orders/0", []string{"a", "b", "c"}, sm)
 //	// a peer's message: h.Step("orders/0", m)
-//	// sm.Propose, on the driver goroutine: g.Propose(data)
+//	// sm.Propose, on the driver goroutine: g.Propose(g.LeaderTerm(), data)
 //
 // # Replicas
 //

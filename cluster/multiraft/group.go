@@ -178,10 +178,19 @@ func (g *Group) Wake() {
 // stored entries (Stored moved). Any goroutine.
 func (g *Group) Poke() { g.h.woke(g) }
 
-// Propose proposes data as one entry; on the driver goroutine (in the
-// state machine's Propose).
-func (g *Group) Propose(data []byte) error {
+// Propose proposes data as one entry, on the driver goroutine (in the
+// state machine's Propose), if this replica leads the group in term: the
+// term its state machine took the leadership in, whose state data was
+// made from. A replica that stepped down, or lost and won the leadership
+// again since, is refused: what it made from its old state must not land
+// in a log a newer leader has written to. raft's own state decides, not
+// the leadership last seen in a Ready: a message from a newer leader may
+// have been stepped since. Proposals are never forwarded to a leader.
+func (g *Group) Propose(term uint64, data []byte) error {
 	if !g.leader {
+		return ErrNotLeader
+	}
+	if st := g.rn.BasicStatus(); st.RaftState != raft.StateLeader || st.GetTerm() != term {
 		return ErrNotLeader
 	}
 	return g.rn.Propose(data)

@@ -421,6 +421,10 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		ID: h.id, ElectionTick: h.o.ElectionTicks, HeartbeatTick: 1,
 		Storage: ms, Applied: applied, MaxSizePerMsg: 4 << 20, MaxInflightMsgs: 256,
 		CheckQuorum: true, PreVote: true, Logger: raftLogger{h.log},
+		// A follower drops a proposal rather than forward it: one made
+		// by a replica that has just stepped down would reach the new
+		// leader's log, made from a state that leader has moved past.
+		DisableProposalForwarding: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("multiraft: group %s: %w", name, err)
@@ -642,7 +646,9 @@ func (h *Host) ready() bool {
 		if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 			h.installSnapshot(g, rd.Snapshot)
 		}
-		if len(rd.Entries) > 0 && g.leader {
+		if len(rd.Entries) > 0 && g.leader && (rd.SoftState == nil || rd.SoftState.RaftState == raft.StateLeader) {
+			// Entries this leader proposed: not those of a newer leader
+			// it follows since a message stepped after its last Ready.
 			g.sm.Persisted()
 		}
 		if len(rd.Entries) > 0 {

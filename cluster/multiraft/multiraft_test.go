@@ -235,7 +235,7 @@ func (c *cluster) propose(among []string, group string, values ...string) {
 			sm := c.sm(id, group)
 			done := make(chan error, 1)
 			sm.mu.Lock()
-			sm.pending = append(sm.pending, pendingValue{v, done})
+			sm.pending = append(sm.pending, pendingValue{v: v, done: done})
 			g := sm.g
 			sm.mu.Unlock()
 			g.Wake()
@@ -299,6 +299,9 @@ type toy struct {
 type pendingValue struct {
 	v    string
 	done chan error
+	// term is the leadership term the value is proposed in; 0 for the
+	// one this replica leads in.
+	term uint64
 }
 
 func (s *toy) Bind(g *multiraft.Group) {
@@ -336,7 +339,11 @@ func (s *toy) Propose() {
 	g := s.g
 	s.mu.Unlock()
 	for _, p := range ps {
-		if err := g.Propose([]byte(p.v)); err != nil {
+		term := p.term
+		if term == 0 {
+			term = g.LeaderTerm()
+		}
+		if err := g.Propose(term, []byte(p.v)); err != nil {
 			p.done <- err
 			continue
 		}
@@ -443,6 +450,34 @@ func TestLeaderIsolated(t *testing.T) {
 	got := c.converge("g", 10, abc...)
 	if !slices.Equal(got, append(values("before", 5), values("after", 5)...)) {
 		t.Fatalf("applied %v", got)
+	}
+}
+
+// TestProposeInItsTermOnly: a proposal made in an earlier term of the
+// leadership (from a state that a newer leader may have written past) is
+// refused, and never applied anywhere.
+func TestProposeInItsTermOnly(t *testing.T) {
+	c := newCluster(t, 100, abc...)
+	c.open("g", abc, abc...)
+	id := c.leader("g", abc...)
+	sm := c.sm(id, "g")
+	sm.mu.Lock()
+	g := sm.g
+	sm.mu.Unlock()
+	term := g.LeaderTerm()
+	for _, stale := range []uint64{term - 1, term + 1} {
+		done := make(chan error, 1)
+		sm.mu.Lock()
+		sm.pending = append(sm.pending, pendingValue{v: fmt.Sprintf("term-%d", stale), done: done, term: stale})
+		sm.mu.Unlock()
+		g.Wake()
+		if err := <-done; !errors.Is(err, multiraft.ErrNotLeader) {
+			t.Fatalf("a proposal in term %d on the leader of term %d: %v, want ErrNotLeader", stale, term, err)
+		}
+	}
+	c.propose(abc, "g", values("v", 3)...)
+	if got := c.converge("g", 3, abc...); !slices.Equal(got, values("v", 3)) {
+		t.Fatalf("applied %v, want only the proposals of the leadership's term", got)
 	}
 }
 
