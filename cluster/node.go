@@ -370,6 +370,7 @@ func (n *Node) listen() error {
 		// otherwise wait for ack_timeout while its link is cut.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: peerKeepalive, Timeout: peerKeepalive}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: peerKeepalive / 2, PermitWithoutStream: true}),
+		grpc.InitialWindowSize(peerStreamWindow), grpc.InitialConnWindowSize(peerConnWindow),
 	}, n.serverAuth()...)
 	if n.opts.ServerTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(n.opts.ServerTLS)))

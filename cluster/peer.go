@@ -66,6 +66,7 @@ func (n *Node) peer(id string) (*peer, error) {
 		// gRPC's default backoff grows to 2 minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: peerBackoff, MinConnectTimeout: 2 * time.Second}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: peerKeepalive, Timeout: peerKeepalive, PermitWithoutStream: true}),
+		grpc.WithInitialWindowSize(peerStreamWindow), grpc.WithInitialConnWindowSize(peerConnWindow),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
 		return nil, err
@@ -442,6 +443,21 @@ func (s *settler) fail() {
 // pinged, and how long the ping's answer may take before the link is
 // given up: a peer that stopped answering is found out within twice it.
 const peerKeepalive = 2 * time.Second
+
+// peerStreamWindow and peerConnWindow are the HTTP/2 flow-control
+// windows of the links between nodes, a stream's and the connection's,
+// fixed on both sides. Left to gRPC, they follow an estimate of the
+// link's bandwidth-delay product, measured with a ping sent for every
+// message received after the last ping's answer: on a quiet cluster,
+// whose links carry mostly a raft ping every tick, that doubled the
+// packets each node sends, and the wake-ups of both. 4 MiB per stream
+// covers a datacenter link's bandwidth-delay product; a larger burst (a
+// copy, raft catching a replica up) waits for the receiver's window
+// updates, as flow control means it to.
+const (
+	peerStreamWindow = 4 << 20
+	peerConnWindow   = 16 << 20
+)
 
 // peerBackoff is how the links to peers are dialed again: within a
 // second at first, at most every 2 s.
