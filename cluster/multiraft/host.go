@@ -199,10 +199,9 @@ type Host struct {
 	woken []*Group
 	dirty map[*Group]bool
 	// awake are the groups that tick (driver goroutine); quiesced counts
-	// the others (quiesce.go). heard is when a message last came from
-	// each node, pinged the nodes pinged each tick and when they were
-	// listed (driver goroutine); silent the nodes not heard from for an
-	// election timeout (guarded by mu).
+	// the others (quiesce.go). pinged is the nodes pinged each tick and
+	// peersAt when they were listed (driver goroutine); silent the nodes
+	// not heard from for an election timeout (guarded by mu).
 	awake map[*Group]bool
 	// unsynced: the groups a checkpoint looks at, those not quiesced
 	// with their applied index recorded since (driver goroutine);
@@ -211,16 +210,20 @@ type Host struct {
 	unsynced    map[*Group]bool
 	checkpointN int
 	quiesced    atomic.Int64
-	heard       map[uint64]time.Time
 	pinged      map[uint64]string
 	peersAt     time.Time
 	// peersChanged: a group opened or changed replicas since the nodes
 	// pinged were listed (guarded by mu).
 	peersChanged bool
 	silent       map[uint64]bool
-	// run names this run of the host in its pings; peerRun the run of
-	// each peer's last ping (driver goroutine).
-	run     []byte
+	// run names this run of the host in its pings.
+	run []byte
+
+	// heardMu guards heard, when a message last came from each node, and
+	// peerRun, the run of each peer's last ping: a ping is noted by the
+	// goroutine that receives it, without waking the driver.
+	heardMu sync.Mutex
+	heard   map[uint64]time.Time
 	peerRun map[uint64]string
 }
 
@@ -303,6 +306,9 @@ func (h *Host) changed() {
 // it (raft sends again). Any goroutine; it blocks while the inbox is full
 // and ctx lasts.
 func (h *Host) Step(ctx context.Context, group string, m *rpb.Message) error {
+	if group == pingGroup && !h.pingedBy(m) {
+		return nil // noted; nothing for the driver
+	}
 	select {
 	case h.inbox <- inbound{group, m}:
 		return nil
@@ -545,11 +551,11 @@ func (h *Host) Run(ctx context.Context) {
 
 func (h *Host) step(in inbound) {
 	m := in.m
-	h.heard[m.GetFrom()] = time.Now()
 	if in.group == pingGroup {
-		h.pingedBy(m)
+		h.peerRestarted(m.GetFrom())
 		return
 	}
+	h.heardFrom(m.GetFrom())
 	g := h.Group(in.group)
 	if g == nil {
 		return // not open here yet: raft sends again

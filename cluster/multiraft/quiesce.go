@@ -144,17 +144,33 @@ func (g *Group) isReplica(id uint64) bool {
 	return false
 }
 
-// pinged notes a ping from a peer; one from a new run of it wakes the
-// quiesced groups it is a replica of (driver goroutine).
-func (h *Host) pingedBy(m *rpb.Message) {
+// pingedBy notes a ping from a peer, on the goroutine that received it;
+// it reports whether the ping is from a new run of the peer, which the
+// driver must hear of (peerRestarted) while groups are quiesced.
+func (h *Host) pingedBy(m *rpb.Message) bool {
 	from, run := m.GetFrom(), string(m.GetContext())
+	h.heardMu.Lock()
+	defer h.heardMu.Unlock()
+	h.heard[from] = time.Now()
 	prev, known := h.peerRun[from]
 	h.peerRun[from] = run
-	if !known || prev == run || h.quiesced.Load() == 0 {
-		return
-	}
+	return known && prev != run && h.quiesced.Load() > 0
+}
+
+// heardFrom notes a message from node id (driver goroutine).
+func (h *Host) heardFrom(id uint64) {
+	h.heardMu.Lock()
+	h.heard[id] = time.Now()
+	h.heardMu.Unlock()
+}
+
+// peerRestarted wakes the quiesced groups node id is a replica of: it
+// started again, and may have lost what it did not sync (driver
+// goroutine).
+func (h *Host) peerRestarted(id uint64) {
+	h.heardFrom(id)
 	for _, g := range h.all() {
-		if g.quiesced.Load() && g.isReplica(from) {
+		if g.quiesced.Load() && g.isReplica(id) {
 			h.awaken(g)
 		}
 	}
@@ -218,11 +234,13 @@ func (h *Host) ping(now time.Time) {
 	}
 	timeout := time.Duration(h.o.ElectionTicks) * h.o.Tick
 	silent := map[uint64]bool{}
+	h.heardMu.Lock()
 	for id := range h.pinged {
 		if now.Sub(h.heard[id]) > timeout {
 			silent[id] = true
 		}
 	}
+	h.heardMu.Unlock()
 	h.mu.Lock()
 	h.silent = silent
 	h.mu.Unlock()
