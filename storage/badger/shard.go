@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	bdg "github.com/dgraph-io/badger/v4"
 
@@ -53,9 +54,43 @@ type Shard struct {
 	// commitKey to its number (see witness.go). writeMu guards it.
 	seq uint64
 	// synced is the number of the last commit known synced, and witness
-	// the file it is recorded in every Options.WitnessInterval.
+	// the file it is recorded in every Options.WitnessInterval while it
+	// grows; grew tells the witness loop that it did.
 	synced  atomic.Uint64
+	grew    chan struct{}
 	witness *witness
+}
+
+// setSynced records n as the last commit known synced.
+func (s *Shard) setSynced(n uint64) {
+	s.synced.Store(n)
+	select {
+	case s.grew <- struct{}{}:
+	default:
+	}
+}
+
+// witnessLoop records the last synced commit every interval while
+// commits are synced, and sleeps while none is: an idle shard does not
+// wake.
+func (s *Shard) witnessLoop(interval time.Duration, stop <-chan struct{}) {
+	t := time.NewTimer(interval)
+	t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.grew:
+		}
+		t.Reset(interval)
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		s.recordSynced()
+	}
 }
 
 // acquire lets an operation run on an open shard. The caller must call
@@ -124,7 +159,7 @@ func (s *Shard) finish(w *txnWriter, err error, sync bool) error {
 	s.seq = w.seq
 	switch {
 	case !s.async:
-		s.synced.Store(s.seq) // every transaction committed was synced
+		s.setSynced(s.seq) // every transaction committed was synced
 	case err == nil && sync:
 		err = s.syncLocked()
 	}
@@ -383,7 +418,7 @@ func (s *Shard) syncLocked() error {
 		return fmt.Errorf("storage: shard %d: sync: %w", s.id, err)
 	}
 	if s.async {
-		s.synced.Store(s.seq)
+		s.setSynced(s.seq)
 	}
 	return nil
 }

@@ -69,7 +69,7 @@ func Open(dir string, opts Options) (*Store, error) {
 				every(opts.ValueLogGCInterval, s.stop, func() { sh.runGC(opts.ValueLogGCDiscardRatio, s.stop) })
 			})
 		}
-		s.loops.Go(func() { every(opts.WitnessInterval, s.stop, sh.recordSynced) })
+		s.loops.Go(func() { sh.witnessLoop(opts.WitnessInterval, s.stop) })
 	}
 	return s, nil
 }
@@ -231,7 +231,7 @@ func openShard(i int, dir string, o Options) (*Shard, error) {
 		return nil, err
 	}
 	sh := &Shard{id: i, db: db, log: log, async: o.AsyncWrites, tails: map[partKey]tail{}, lows: map[partKey]uint64{},
-		seq: seq, witness: w}
+		seq: seq, witness: w, grew: make(chan struct{}, 1)}
 	sh.synced.Store(seq) // checkShard synced the logs Badger replayed
 	return sh, nil
 }
