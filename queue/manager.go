@@ -31,8 +31,9 @@ type ManagerOptions struct {
 	Tick time.Duration
 	// RetainEvery is how often settled messages are deleted.
 	RetainEvery time.Duration
-	// SyncInterval is how often the writes of queues with durability
-	// async are fsynced.
+	// SyncInterval bounds how long the writes of queues with durability
+	// async wait for an fsync: one runs this long after the first write
+	// made without one.
 	SyncInterval time.Duration
 	// Admit, if set, is asked before each Manager.Publish to the named
 	// queue; its error refuses the publish before anything is stored (e.g.
@@ -105,6 +106,9 @@ type Manager struct {
 	// tickWake tells the timer that the first partition with timer work
 	// came: it ticks every Tick again, not only at the next retention.
 	tickWake chan struct{}
+	// unsynced tells the timer that the logs hold writes made without a
+	// sync (LogOptions.Unsynced).
+	unsynced chan struct{}
 
 	admin sync.Mutex // serializes the operations of admin.go
 }
@@ -142,8 +146,8 @@ func NewManager(o ManagerOptions) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{opts: o, log: o.Logger, queues: map[string]*Queue{}, creating: map[string]chan struct{}{}, stop: make(chan struct{}),
-		tickWake: make(chan struct{}, 1)}
-	logs, err := o.Store.OpenLogs(LogOptions{MaxBatch: o.MaxBatch, OnCommit: o.OnCommit})
+		tickWake: make(chan struct{}, 1), unsynced: make(chan struct{}, 1)}
+	logs, err := o.Store.OpenLogs(LogOptions{MaxBatch: o.MaxBatch, OnCommit: o.OnCommit, Unsynced: m.wakeSync})
 	if err != nil {
 		return nil, err
 	}
@@ -374,15 +378,26 @@ func (m *Manager) run() {
 	// a few times a second, not fifty.
 	t := time.NewTimer(m.opts.Tick)
 	defer t.Stop()
-	st := time.NewTicker(m.opts.SyncInterval)
+	// The sync timer runs SyncInterval after the logs first hold a write
+	// made without a sync, not on a fixed beat.
+	st := time.NewTimer(m.opts.SyncInterval)
+	st.Stop()
 	defer st.Stop()
+	syncing := false
 	lastRetain := m.now()
 	resting := false
 	for {
 		select {
 		case <-m.stop:
 			return
+		case <-m.unsynced:
+			if !syncing {
+				syncing = true
+				st.Reset(m.opts.SyncInterval)
+			}
+			continue
 		case <-st.C:
+			syncing = false
 			m.logs.SyncAsync()
 			continue
 		case <-m.tickWake:
@@ -443,6 +458,15 @@ func (m *Manager) tick(now time.Time, retain bool) bool {
 	m.tickMu.Lock()
 	defer m.tickMu.Unlock()
 	return len(m.ticking) > 0
+}
+
+// wakeSync tells the timer that the logs hold writes to sync
+// (LogOptions.Unsynced).
+func (m *Manager) wakeSync() {
+	select {
+	case m.unsynced <- struct{}{}:
+	default:
+	}
 }
 
 // addTicking puts p in the list of partitions with timer work.

@@ -25,6 +25,10 @@ type LogOptions struct {
 	MaxBatch int
 	// OnCommit, if set, is told about every committed batch.
 	OnCommit func(CommitStats)
+	// Unsynced, if set, is told when a write is committed without a sync
+	// after the last sync: SyncAsync has something to do. Once per such
+	// stretch, or more; it must not block.
+	Unsynced func()
 }
 
 // CommitStats describes one committed batch, for metrics.

@@ -33,6 +33,8 @@ type committer struct {
 	index    int
 	maxBatch int
 	observe  func(queue.CommitStats)
+	// unsyncedNow, if set, is told when unsynced turns true.
+	unsyncedNow func()
 
 	mu      sync.Mutex
 	pending []commitReq
@@ -51,12 +53,13 @@ type completion struct {
 	err  error
 }
 
-func newCommitter(shard *Shard, index, maxBatch int, observe func(queue.CommitStats)) *committer {
+func newCommitter(shard *Shard, index int, o queue.LogOptions) *committer {
 	c := &committer{
 		shard:       shard,
 		index:       index,
-		maxBatch:    maxBatch,
-		observe:     observe,
+		maxBatch:    o.MaxBatch,
+		observe:     o.OnCommit,
+		unsyncedNow: o.Unsynced,
 		wake:        make(chan struct{}, 1),
 		completions: make(chan completion, 2),
 		stopped:     make(chan struct{}),
@@ -161,9 +164,11 @@ func (c *committer) run() {
 			if err == nil {
 				if sync {
 					c.unsynced.Store(false)
-				} else if b.Len() > 0 {
-					c.unsynced.Store(true)
+				} else if b.Len() > 0 && c.unsynced.CompareAndSwap(false, true) && c.unsyncedNow != nil {
+					c.unsyncedNow()
 				}
+			} else if sync && c.unsynced.Load() && c.unsyncedNow != nil {
+				c.unsyncedNow() // the sync failed: asked for again
 			}
 			if c.observe != nil {
 				c.observe(queue.CommitStats{Shard: c.index, Requests: n, Writes: b.Len(), Duration: time.Since(start), Err: err})

@@ -22,7 +22,7 @@ func (s *Store) OpenLogs(o queue.LogOptions) (queue.Logs, error) {
 	}
 	l := &logs{store: s}
 	for i, sh := range s.shards {
-		l.committers = append(l.committers, newCommitter(sh, i, o.MaxBatch, o.OnCommit))
+		l.committers = append(l.committers, newCommitter(sh, i, o))
 	}
 	return l, nil
 }

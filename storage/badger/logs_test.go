@@ -87,3 +87,56 @@ func TestStoreLogCommitsInOrderAndFencesStaleEpochs(t *testing.T) {
 		t.Fatalf("lowering the fence: %v, want ErrFenced", err)
 	}
 }
+
+// TestLogsTellWhenSomethingIsUnsynced: the logs tell their owner when a
+// write is committed without a sync after the last sync (the node's
+// timer then syncs within its interval, and sleeps otherwise), once per
+// such stretch; a synced write tells nothing.
+func TestLogsTellWhenSomethingIsUnsynced(t *testing.T) {
+	st := openTest(t, t.TempDir(), testOptions(1))
+	told := make(chan struct{}, 8)
+	logs, err := st.OpenLogs(queue.LogOptions{Unsynced: func() { told <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	l := logs.Log(queue.PartitionID{Queue: "q", Partition: 0}, func([]*queue.Message, error) {})
+	next := uint64(0)
+	write := func(sync bool) {
+		t.Helper()
+		done := make(chan error, 1)
+		l.Append(0, &queue.Message{Offset: next, Payload: []byte("m")}, nil, sync, func(err error) { done <- err })
+		next++
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() int {
+		n := 0
+		for {
+			select {
+			case <-told:
+				n++
+			default:
+				return n
+			}
+		}
+	}
+	write(true)
+	if n := count(); n != 0 {
+		t.Fatalf("a synced write told %d times, want 0", n)
+	}
+	write(false)
+	write(false)
+	if n := count(); n != 1 {
+		t.Fatalf("two writes without a sync told %d times, want 1", n)
+	}
+	write(true) // a sync ends the stretch
+	if n := count(); n != 0 {
+		t.Fatalf("a synced write told %d times, want 0", n)
+	}
+	write(false)
+	if n := count(); n != 1 {
+		t.Fatalf("a write without a sync after a sync told %d times, want 1", n)
+	}
+}
