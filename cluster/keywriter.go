@@ -70,19 +70,25 @@ func (w *keyWriter) queue(key string, value *string) <-chan struct{} {
 
 // run writes what is pending until the node closes.
 func (w *keyWriter) run() {
-	tick := time.NewTicker(keyWriterRetry)
-	defer tick.Stop()
+	// The retry timer runs only while a write failed.
+	retry := time.NewTimer(keyWriterRetry)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		select {
 		case <-w.n.ctx.Done():
 			return
 		case <-w.wake:
-		case <-tick.C:
+		case <-retry.C:
 		}
 		for {
 			keys, values := w.next()
-			if len(keys) == 0 || !w.write(keys, values) {
-				break // what failed is tried again on the next tick
+			if len(keys) == 0 {
+				break
+			}
+			if !w.write(keys, values) {
+				retry.Reset(keyWriterRetry) // tried again then
+				break
 			}
 			w.mu.Lock()
 			w.order = w.order[len(keys):] // the batch is the first of them
