@@ -288,7 +288,10 @@ func (n *Node) Start(ctx context.Context, m *queue.Manager) error {
 	n.m = m
 	cfg := clientv3.Config{Endpoints: n.opts.Endpoints, DialTimeout: n.opts.DialTimeout, TLS: n.opts.TLS,
 		Username: n.opts.Username, Password: n.opts.Password, Logger: zapDiscard(),
-		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second}
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
+		// As on the links between nodes (peerStreamWindow): no ping for
+		// every lease renewal and watch event etcd sends.
+		DialOptions: []grpc.DialOption{grpc.WithInitialWindowSize(peerStreamWindow), grpc.WithInitialConnWindowSize(peerConnWindow)}}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return fmt.Errorf("cluster: connecting to etcd at %v: %w", n.opts.Endpoints, err)
