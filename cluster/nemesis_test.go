@@ -137,12 +137,15 @@ type nemesisConfig struct {
 	recovery        time.Duration // bounds the wait for a recovery from a fault
 	seed            uint64
 	report, command string
+	// code names the checkout the run's nodes were built from, as it was
+	// when the run began.
+	code string
 }
 
 func nemesisSettings(t *testing.T) nemesisConfig {
 	cfg := nemesisConfig{duration: 70 * time.Second, cycle: 70 * time.Second, faults: 9, rate: 240, keys: 32,
 		recovery: 20 * time.Second, seed: uint64(time.Now().UnixNano()),
-		report: os.Getenv("SHARDQ_CHAOS_REPORT"), command: os.Getenv("SHARDQ_CHAOS_COMMAND")}
+		report: os.Getenv("SHARDQ_CHAOS_REPORT"), command: os.Getenv("SHARDQ_CHAOS_COMMAND"), code: revision()}
 	if s := os.Getenv("SHARDQ_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil {

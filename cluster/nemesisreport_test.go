@@ -191,7 +191,7 @@ func (r *chaosReport) markdown() string {
 	fmt.Fprintf(&b, "`%s` ran TestNemesis (cluster/nemesis_test.go) for %s from %s.\n\n",
 		r.cfg.command, r.took.Round(time.Second), r.began.Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "- Machine: %s\n", machine())
-	fmt.Fprintf(&b, "- Code: %s\n", revision())
+	fmt.Fprintf(&b, "- Code: %s\n", r.cfg.code)
 	fmt.Fprintf(&b, "- Seed: %d (`SHARDQ_CHAOS_SEED=%d` repeats the schedule of faults, not the timing)\n", r.cfg.seed, r.cfg.seed)
 	fmt.Fprintf(&b, "- Cluster: three nodes and etcd, each in a network namespace of its own; `$queue/%s`, 8 partitions, "+
 		"replication factor 3, ack_policy quorum\n", loadQueue)
@@ -204,6 +204,9 @@ func (r *chaosReport) markdown() string {
 	verdict := "**OK**: no violation"
 	if n := s.Lost + s.Duplicates + s.WithoutDUP + s.Reordered + s.LeaseOverlaps + s.Vanished + s.Orphans + s.Unexpected; n > 0 {
 		verdict = fmt.Sprintf("**%d violations**", n)
+		if n == 1 {
+			verdict = "**1 violation**"
+		}
 	}
 	unrecovered := 0
 	for _, f := range r.faults {
