@@ -468,6 +468,7 @@ func (h *Host) drop(g *Group, why string) {
 	if h.groups[g.name] == g {
 		delete(h.groups, g.name)
 	}
+	h.peersChanged = true
 	h.mu.Unlock()
 	delete(h.dirty, g)
 	delete(h.awake, g)

@@ -199,9 +199,9 @@ type Host struct {
 	woken []*Group
 	dirty map[*Group]bool
 	// awake are the groups that tick (driver goroutine); quiesced counts
-	// the others (quiesce.go). pinged is the nodes pinged each tick and
-	// peersAt when they were listed (driver goroutine); silent the nodes
-	// not heard from for an election timeout (guarded by mu).
+	// the others (quiesce.go). pinged is the nodes pinged each tick
+	// (driver goroutine); silent the nodes not heard from for an election
+	// timeout (guarded by mu).
 	awake map[*Group]bool
 	// unsynced: the groups a checkpoint looks at, those not quiesced
 	// with their applied index recorded since (driver goroutine);
@@ -211,9 +211,8 @@ type Host struct {
 	checkpointN int
 	quiesced    atomic.Int64
 	pinged      map[uint64]string
-	peersAt     time.Time
-	// peersChanged: a group opened or changed replicas since the nodes
-	// pinged were listed (guarded by mu).
+	// peersChanged: a group opened, changed replicas or was dropped since
+	// the nodes pinged were listed (guarded by mu).
 	peersChanged bool
 	silent       map[uint64]bool
 	// run names this run of the host in its pings.

@@ -212,8 +212,7 @@ func (h *Host) ping(now time.Time) {
 	changed := h.peersChanged
 	h.peersChanged = false
 	h.mu.Unlock()
-	if changed || now.Sub(h.peersAt) > 10*time.Second {
-		h.peersAt = now
+	if changed {
 		seen := map[uint64]string{}
 		for _, g := range h.all() {
 			for _, r := range g.replicas {
