@@ -731,6 +731,7 @@ func (q *Queue) setOptions(o Options) {
 	defer q.unlockAll()
 	old := q.opts
 	q.opts = o
+	q.retention.Store(limitsOf(o))
 	if old.Ordering == OrderKey && o.Ordering != OrderKey {
 		for _, g := range q.groups {
 			for _, cur := range g.cursors {

@@ -216,6 +216,7 @@ func (m *Manager) build(name string, opts Options) *Queue {
 // acquired (see Acquire).
 func (m *Manager) buildOne(name string, opts Options) *Queue {
 	q := &Queue{m: m, name: name, opts: opts, groups: map[string]*group{}}
+	q.retention.Store(limitsOf(opts))
 	for i := 0; i < opts.Partitions; i++ {
 		p := newPartition(q, i, ringOptions{slots: m.opts.RingSize, bytes: m.opts.RingBytes})
 		p.log = m.logs.Log(PartitionID{name, i}, p.appended)

@@ -196,6 +196,7 @@ func (p *partition) loadLocked(epoch uint64) (*Batch, error) {
 		q.dedup.restore(id, i, at)
 	}
 	q.dedup.sortOrder()
+	q.dedups.Store(len(q.dedup.order) > 0)
 	q.dedupMu.Unlock()
 	for _, st := range states {
 		if q.groups[st.Group] == nil {

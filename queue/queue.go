@@ -35,8 +35,13 @@ type Queue struct {
 
 	evicting atomic.Bool
 	evictAt  atomic.Int64 // Unix ns before which no message is old enough to evict
-	bytes    atomic.Int64 // sum of the partitions' bytes
-	depth    atomic.Int64 // messages retained: sum of next - first
+	// retention mirrors what of opts the timer's retention looks at, so
+	// that a queue with nothing to retain costs it no lock (setOptions);
+	// dedups is set while the dedup index may hold ids (under dedupMu).
+	retention atomic.Pointer[retentionLimits]
+	dedups    atomic.Bool
+	bytes     atomic.Int64 // sum of the partitions' bytes
+	depth     atomic.Int64 // messages retained: sum of next - first
 
 	stats Stats
 }
@@ -143,6 +148,7 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 			msg.EnqueuedAt = now
 		}
 		entry = q.dedup.add(msg.DedupID, p.index, msg.EnqueuedAt)
+		q.dedups.Store(true)
 		q.dedupMu.Unlock()
 	}
 	q.appendLocked(p, msg, size, now)
@@ -461,6 +467,9 @@ func (q *Queue) tick(now time.Time, retain bool) {
 // retainTick starts an eviction pass when one may find something due and
 // forgets the dedup-ids past the window.
 func (q *Queue) retainTick(now time.Time) {
+	if !q.mayRetain(now) {
+		return
+	}
 	q.mu.Lock()
 	q.startEvictionLocked(now)
 	window := q.opts.DedupWindow
@@ -469,6 +478,9 @@ func (q *Queue) retainTick(now time.Time) {
 	var gone []*dedupEntry
 	if len(q.dedup.order) > 0 {
 		gone = q.dedup.expire(now, window)
+	}
+	if len(q.dedup.order) == 0 {
+		q.dedups.Store(false)
 	}
 	q.dedupMu.Unlock()
 	for _, e := range gone {

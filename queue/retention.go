@@ -21,6 +21,33 @@ const evictBatch = 256
 
 // startEvictionLocked starts a background eviction pass when one may be
 // due. q.mu (or every lock of the queue) must be held.
+// retentionLimits are the settings the timer's retention looks at.
+type retentionLimits struct {
+	maxAge                time.Duration
+	dropOldest            bool
+	maxMessages, maxBytes int64
+}
+
+func limitsOf(o Options) *retentionLimits {
+	return &retentionLimits{maxAge: o.MaxAge, dropOldest: o.Overflow == OverflowDropOldest, maxMessages: o.MaxMessages, maxBytes: o.MaxBytes}
+}
+
+// mayRetain reports, taking no lock, whether the timer's retention may
+// find work on the queue: a message old enough for max_age, more than a
+// drop-oldest limit holds, or deduplication ids to forget. An idle node
+// with thousands of queues then takes none of their locks.
+func (q *Queue) mayRetain(now time.Time) bool {
+	if q.dedups.Load() {
+		return true
+	}
+	if q.evicting.Load() {
+		return false
+	}
+	r := q.retention.Load()
+	return r.maxAge > 0 && now.UnixNano() >= q.evictAt.Load() ||
+		r.dropOldest && (r.maxMessages > 0 && q.depth.Load() > r.maxMessages || r.maxBytes > 0 && q.bytes.Load() > r.maxBytes)
+}
+
 func (q *Queue) startEvictionLocked(now time.Time) {
 	if q.closed || q.evicting.Load() {
 		return
