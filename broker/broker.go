@@ -183,7 +183,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 }
 
 // anyAsync reports whether any queue of cfg may have durability async: then
-// the store lets unsynced writes return and syncs every sync_interval; else
+// the store lets unsynced writes return and syncs them within sync_interval; else
 // every commit fsyncs inside Badger.
 func anyAsync(cfg *config.Config) bool {
 	if cfg.Queues.Defaults.Durability == queue.DurabilityAsync {

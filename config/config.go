@@ -249,8 +249,9 @@ type Storage struct {
 	// data directory was created with, or 1 for a new one: on 2 cores one
 	// shard commits larger batches with fewer fsyncs and holds less memory.
 	Shards int `yaml:"shards"`
-	// SyncInterval is how often queues with durability async are fsynced;
-	// a crash may lose the publishes of one interval. Default 100ms.
+	// SyncInterval is how long after its first unsynced write a queue with
+	// durability async is fsynced; a crash may lose the publishes of one
+	// interval. Default 100ms.
 	SyncInterval time.Duration `yaml:"sync_interval"`
 	// MinFreeBytes is the free space the data directory's file system must
 	// keep: below it publishes are refused (PUBACK 0x97) and the node is
