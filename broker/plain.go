@@ -697,7 +697,18 @@ func (h *plainHook) retain(rc *routeClient, pk packets.Packet) {
 	if e := pk.Properties.MessageExpiryInterval; e > 0 {
 		pk.Expiry = pk.Created + int64(e)
 	}
-	r := h.server.Topics.RetainMessage(pk.Copy(false))
+	var r int64 = 1
+	if _, ok := h.server.Topics.Retained.Get(pk.TopicName); ok {
+		// The topic has a retained message: its particle in mochi's
+		// index holds the topic already, and only the message is
+		// replaced. mochi's RetainMessage would write the particle's
+		// retain path again, which mochi's wildcard subscribe reads with
+		// no lock: a data race between a routed retained message (this
+		// runs on a cluster goroutine) and any client subscribing.
+		h.server.Topics.Retained.Add(pk.TopicName, pk.Copy(false))
+	} else {
+		r = h.server.Topics.RetainMessage(pk.Copy(false))
+	}
 	h.sessions.OnRetainMessage(rc.cl, pk, r)
 	atomic.StoreInt64(&h.server.Info.Retained, int64(h.server.Topics.Retained.Len()))
 }
