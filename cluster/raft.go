@@ -291,12 +291,19 @@ func (r *replica) Propose() {
 		return
 	}
 	term := r.g.LeaderTerm()
-	if stale := slices.DeleteFunc(slices.Clone(ps), func(p *proposal) bool { return p.term == term }); len(stale) > 0 {
+	if slices.ContainsFunc(ps, func(p *proposal) bool { return p.term != term }) {
 		// Made from the state of an earlier leadership of this node: never
 		// proposed, so never stored; routed again.
-		ps = slices.DeleteFunc(ps, func(p *proposal) bool { return p.term != term })
+		var stale, kept []*proposal
+		for _, p := range ps {
+			if p.term == term {
+				kept = append(kept, p)
+			} else {
+				stale = append(stale, p)
+			}
+		}
 		h.fail(stale, notLeader(r))
-		if len(ps) == 0 {
+		if ps = kept; len(ps) == 0 {
 			return
 		}
 	}
