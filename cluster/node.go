@@ -143,6 +143,7 @@ type Node struct {
 	topology atomic.Uint64
 	visited  map[queue.PartitionID]visit
 	active   map[queue.PartitionID]bool
+	due      revisits
 	opened   bool // a full pass opened every group of this node
 	// moveBudget: the partition moves this node may still start in the
 	// reconcile pass under way (reconcile goroutine).

@@ -1,14 +1,15 @@
 package cluster
 
 import (
+	"container/heap"
 	"context"
 	"hash/fnv"
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"time"
 
 	pb "github.com/shardq/shardq/cluster/clusterpb"
 	"github.com/shardq/shardq/cluster/multiraft"
@@ -127,6 +128,10 @@ func (n *Node) reconcile(full bool) {
 	}
 	n.mu.Unlock()
 	if !full {
+		n.due.popDue(time.Now(), func(id queue.PartitionID) {
+			delete(n.visited, id) // visited whatever it looks like
+			n.active[id] = true
+		})
 		for id := range n.active {
 			if qi, ok := queues[id.Queue]; ok && id.Partition < qi.Partitions && n.ctx.Err() == nil {
 				n.reconcilePartition(id, n.allowed(id.Queue), n.replicationFactor(id.Queue))
@@ -225,7 +230,8 @@ func (n *Node) reconcilePartition(id queue.PartitionID, allowed []string, rf int
 // revisitAfter is how long a settled partition goes without a reconcile
 // pass: what follows from time alone (a leadership handed back after
 // leaderSettle, a replica replaced after ReplaceAfter) waits that long at
-// most.
+// most. The pass of the second it falls due visits it (revisits), not
+// the next full pass, which would be up to twice as late.
 const revisitAfter = 10 * time.Second
 
 // visit is what a reconcile pass saw of a partition: its record's
@@ -237,6 +243,37 @@ type visit struct {
 	version  uint64
 	at       time.Time
 	rep      *replica // the partition's replica here, when it has one
+	due      bool     // a revisit is scheduled (n.due)
+}
+
+// revisits is a min-heap (container/heap) of the partitions to visit
+// again, by when.
+type revisits []revisit
+
+type revisit struct {
+	at time.Time
+	id queue.PartitionID
+}
+
+func (r revisits) Len() int           { return len(r) }
+func (r revisits) Less(i, j int) bool { return r[i].at.Before(r[j].at) }
+func (r revisits) Swap(i, j int)      { r[i], r[j] = r[j], r[i] }
+func (r *revisits) Push(x any)        { *r = append(*r, x.(revisit)) }
+func (r *revisits) Pop() any {
+	old := *r
+	x := old[len(old)-1]
+	*r = old[:len(old)-1]
+	return x
+}
+
+// add schedules a visit of id at at.
+func (r *revisits) add(at time.Time, id queue.PartitionID) { heap.Push(r, revisit{at, id}) }
+
+// popDue calls f with, and takes out, each partition due by now.
+func (r *revisits) popDue(now time.Time, f func(queue.PartitionID)) {
+	for r.Len() > 0 && !(*r)[0].at.After(now) {
+		f(heap.Pop(r).(revisit).id)
+	}
 }
 
 // settled reports whether partition id is as the last pass left it, with
@@ -267,6 +304,10 @@ func (n *Node) settled(id queue.PartitionID, rec Ownership, rf int) bool {
 	if !seen || !quiet || last.rev != v.rev || last.topology != v.topology || last.version != v.version || v.at.Sub(last.at) >= revisitAfter {
 		n.active[id] = true
 		return false
+	}
+	if !last.due {
+		last.due = true
+		n.due.add(last.at.Add(revisitAfter), id)
 	}
 	n.visited[id] = last // still counting from the last visit
 	delete(n.active, id)
