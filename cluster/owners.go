@@ -90,6 +90,7 @@ func (n *Node) reconcileLoop() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var lastFull time.Time
+	adoptAgain := false
 	for {
 		full := true
 		select {
@@ -97,9 +98,10 @@ func (n *Node) reconcileLoop() {
 			return
 		case <-n.changed:
 		case <-t.C:
-			// Each second the partitions with something under way; all of
-			// them after a change, and every revisitAfter.
-			full = time.Since(lastFull) >= revisitAfter
+			// Each second the partitions with something under way or
+			// due (revisits); all of them after a change, and every
+			// revisitCalm.
+			full = time.Since(lastFull) >= revisitCalm
 		}
 		if full {
 			lastFull = time.Now()
@@ -108,8 +110,8 @@ func (n *Node) reconcileLoop() {
 		n.moveBudget = unCounted // counted once a pass needs it
 		n.claimsSlow = false
 		n.reconcile(full)
-		if full {
-			n.adoptSessions()
+		if full || adoptAgain {
+			adoptAgain = n.adoptSessions()
 		}
 	}
 }
@@ -128,9 +130,11 @@ func (n *Node) reconcile(full bool) {
 	}
 	n.mu.Unlock()
 	if !full {
-		n.due.popDue(time.Now(), func(id queue.PartitionID) {
-			delete(n.visited, id) // visited whatever it looks like
-			n.active[id] = true
+		n.due.popDue(time.Now(), func(r revisit) {
+			if v, ok := n.visited[r.id]; ok && v.due && v.dueAt.Equal(r.at) {
+				delete(n.visited, r.id) // visited whatever it looks like
+				n.active[r.id] = true
+			} // else visited since, and scheduled anew
 		})
 		for id := range n.active {
 			if qi, ok := queues[id.Queue]; ok && id.Partition < qi.Partitions && n.ctx.Err() == nil {
@@ -190,7 +194,11 @@ func (n *Node) reconcilePartition(id queue.PartitionID, allowed []string, rf int
 	target := n.view.winner(id, allowed, self)
 	n.mu.Unlock()
 	if rf > 1 {
-		n.reconcileReplicated(id, rec, has, target, allowed, rf)
+		if n.reconcileReplicated(id, rec, has, target, allowed, rf) {
+			v := n.visited[id]
+			v.calm = true
+			n.visited[id] = v
+		}
 		return
 	}
 	switch {
@@ -228,11 +236,18 @@ func (n *Node) reconcilePartition(id queue.PartitionID, allowed []string, rf int
 }
 
 // revisitAfter is how long a settled partition goes without a reconcile
-// pass: what follows from time alone (a leadership handed back after
-// leaderSettle, a replica replaced after ReplaceAfter) waits that long at
+// pass: what follows from time alone (a replica replaced after
+// ReplaceAfter, a move waiting for the move budget) waits that long at
 // most. The pass of the second it falls due visits it (revisits), not
-// the next full pass, which would be up to twice as late.
-const revisitAfter = 10 * time.Second
+// the next full pass, which would be up to twice as late. A calm
+// partition, a follower here or a leader whose replicas and leadership
+// are where placement wants them, waits for nothing but a change, which
+// pokes the loop: it is visited every revisitCalm, in case one was
+// missed. Thousands of idle partitions cost little then.
+const (
+	revisitAfter = 10 * time.Second
+	revisitCalm  = time.Minute
+)
 
 // visit is what a reconcile pass saw of a partition: its record's
 // revision, the cluster's topology, and its raft group's version (or,
@@ -243,7 +258,17 @@ type visit struct {
 	version  uint64
 	at       time.Time
 	rep      *replica // the partition's replica here, when it has one
-	due      bool     // a revisit is scheduled (n.due)
+	due      bool     // a revisit is scheduled (n.due), at dueAt
+	dueAt    time.Time
+	calm     bool // nothing to do but on a change (revisitCalm)
+}
+
+// every returns how long the partition goes without a visit.
+func (v visit) every() time.Duration {
+	if v.calm {
+		return revisitCalm
+	}
+	return revisitAfter
 }
 
 // revisits is a min-heap (container/heap) of the partitions to visit
@@ -266,14 +291,24 @@ func (r *revisits) Pop() any {
 	return x
 }
 
-// add schedules a visit of id at at.
-func (r *revisits) add(at time.Time, id queue.PartitionID) { heap.Push(r, revisit{at, id}) }
-
-// popDue calls f with, and takes out, each partition due by now.
-func (r *revisits) popDue(now time.Time, f func(queue.PartitionID)) {
+// popDue calls f with, and takes out, each revisit due by now.
+func (r *revisits) popDue(now time.Time, f func(revisit)) {
 	for r.Len() > 0 && !(*r)[0].at.After(now) {
-		f(heap.Pop(r).(revisit).id)
+		f(heap.Pop(r).(revisit))
 	}
+}
+
+// revisit schedules a visit of partition id at at, unless one comes
+// sooner. A revisit scheduled before the partition was visited again is
+// stale, and dropped when due: each partition has one at most.
+func (n *Node) revisit(id queue.PartitionID, at time.Time) {
+	v := n.visited[id]
+	if v.due && !v.dueAt.After(at) {
+		return
+	}
+	v.due, v.dueAt = true, at
+	n.visited[id] = v
+	heap.Push(&n.due, revisit{at, id})
 }
 
 // settled reports whether partition id is as the last pass left it, with
@@ -301,15 +336,12 @@ func (n *Node) settled(id queue.PartitionID, rec Ownership, rf int) bool {
 		v.version = epoch
 	}
 	n.visited[id] = v
-	if !seen || !quiet || last.rev != v.rev || last.topology != v.topology || last.version != v.version || v.at.Sub(last.at) >= revisitAfter {
+	if !seen || !quiet || last.rev != v.rev || last.topology != v.topology || last.version != v.version || v.at.Sub(last.at) >= last.every() {
 		n.active[id] = true
 		return false
 	}
-	if !last.due {
-		last.due = true
-		n.due.add(last.at.Add(revisitAfter), id)
-	}
 	n.visited[id] = last // still counting from the last visit
+	n.revisit(id, last.at.Add(last.every()))
 	delete(n.active, id)
 	return true
 }
@@ -465,11 +497,11 @@ func (n *Node) handover(id queue.PartitionID, rec Ownership, target string) erro
 // replica runs its raft group; the raft leader, once it stores every
 // committed entry, claims the partition with the next epoch and serves it;
 // any other replica stops serving it.
-func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool, target string, allowed []string, rf int) {
+func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool, target string, allowed []string, rf int) (calm bool) {
 	self := n.opts.NodeID
 	if !has {
 		if target != self {
-			return
+			return false
 		}
 		n.mu.Lock()
 		replicas := n.view.top(id, allowed, rf)
@@ -477,17 +509,17 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		if err := n.createReplicated(n.ctx, id, replicas); err != nil {
 			n.log.Warn("creating a replicated partition", "partition", id.String(), "err", err)
 		}
-		return
+		return false
 	}
 	if !slices.Contains(rec.Replicas, self) && !slices.Contains(rec.Learners, self) {
 		n.dropIfServed(id, rec)
 		n.raft.closeRemoved(id, rec)
-		return
+		return true
 	}
 	r, err := n.raft.ensureGroup(id, rec.Replicas)
 	if err != nil {
 		n.log.Error("starting a partition's raft group", "partition", id.String(), "err", err)
-		return
+		return false
 	}
 	n.mu.Lock()
 	session, leaving := int64(n.session), n.view.leaving
@@ -498,13 +530,15 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		if g.IsLeader() && leaving {
 			n.raft.mr.TransferAll(n.liveNode)
 		}
-		return
+		// A follower has nothing to do until its group or the view
+		// changes, which pokes the reconcile loop.
+		return !g.IsLeader() && !leaving
 	}
 	term := g.LeaderTerm()
 	if rec.Term > term {
 		// Claimed by the leader of a later term: this node's leadership
 		// is stale (it was paused or cut off); raft tells it soon.
-		return
+		return false
 	}
 	if rec.Owner != self || rec.Session != session || rec.Term != term {
 		wait := claimLeaderWait
@@ -525,7 +559,7 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 			n.log.Warn("claiming a partition this node leads; served meanwhile", "partition", id.String(), "err", err)
 			rec = provisional(rec, self, term)
 		case !ok:
-			return
+			return false
 		default:
 			rec = o
 		}
@@ -545,8 +579,8 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		r.servedTerm.Store(term)
 		n.acquire(id, rec.Epoch)
 	}
-	n.maintainReplicas(id, r, rec, allowed, rf)
-	n.balanceLeader(id, r, allowed)
+	placed := n.maintainReplicas(id, r, rec, allowed, rf)
+	return n.balanceLeader(id, r, allowed) && placed
 }
 
 // claimLeaderWait bounds how long a leader waits for etcd to record it
@@ -637,15 +671,19 @@ const leaderSettle = 3 * time.Second
 // preferred replica, the live one that scores highest for the partition,
 // once it is in sync. So the partitions' leaders spread over the nodes as
 // their owners do with one replica, and return to a node that was down
-// once it caught up, rather than staying on the nodes that survived.
-func (n *Node) balanceLeader(id queue.PartitionID, r *replica, allowed []string) {
-	if time.Since(r.g.LeaderSince()) < leaderSettle || monoNow()-r.handedAt.Load() < int64(leaderSettle) {
-		return
+// once it caught up, rather than staying on the nodes that survived. It
+// reports whether the leadership is where it belongs.
+func (n *Node) balanceLeader(id queue.PartitionID, r *replica, allowed []string) (balanced bool) {
+	// Not before it led, or last handed it, leaderSettle ago: visited
+	// again then.
+	if wait := max(leaderSettle-time.Since(r.g.LeaderSince()), time.Duration(r.handedAt.Load()+int64(leaderSettle)-monoNow())); wait > 0 {
+		n.revisit(id, time.Now().Add(wait))
+		return false
 	}
 	cur := r.g.Replicas()
 	in, ok := r.g.InSync()
 	if !ok {
-		return
+		return false
 	}
 	n.mu.Lock()
 	ranked := n.view.top(id, allowed, len(n.view.nodes))
@@ -657,10 +695,13 @@ func (n *Node) balanceLeader(id queue.PartitionID, r *replica, allowed []string)
 			break
 		}
 	}
-	if preferred == "" || preferred == n.opts.NodeID || !slices.Contains(in, preferred) {
-		return
+	if preferred == "" || preferred == n.opts.NodeID {
+		return true
 	}
-	n.handLeadership(id, r, "to its preferred replica "+preferred, func(node string) bool { return node == preferred })
+	if slices.Contains(in, preferred) {
+		n.handLeadership(id, r, "to its preferred replica "+preferred, func(node string) bool { return node == preferred })
+	}
+	return false
 }
 
 // handLeadership hands the leadership of a partition this node leads to
@@ -689,11 +730,12 @@ func (n *Node) handLeadership(id queue.PartitionID, r *replica, why string, to f
 // replica wanted least is removed, after it handed the leadership over if
 // it leads. A replica whose node has been gone for ReplaceAfter is
 // removed. At most MaxMoves partitions move at once per leader; a
-// replica replacing a missing one does not wait for that.
-func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownership, allowed []string, rf int) {
+// replica replacing a missing one does not wait for that. It reports
+// whether the replicas are the wanted ones, nothing left to wait for.
+func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownership, allowed []string, rf int) (placed bool) {
 	voters, learners := rep.g.Replicas(), rep.g.Learners()
 	if len(voters) == 0 {
-		return
+		return false
 	}
 	if !sameSet(voters, rec.Replicas) || !sameSet(learners, rec.Learners) {
 		next := rec
@@ -702,7 +744,7 @@ func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownershi
 		if _, _, err := n.writeOwnership(n.ctx, id, clientv3.Compare(clientv3.ModRevision(key), "=", rec.rev), next); err != nil {
 			n.log.Warn("recording a partition's replicas", "partition", id.String(), "err", err)
 		}
-		return
+		return false
 	}
 	self := n.opts.NodeID
 	in, _ := rep.g.InSync()
@@ -724,37 +766,38 @@ func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownershi
 			n.log.Info("promoting a learner up to date", "partition", id.String(), "node", l)
 			rep.g.RequestChange(multiraft.Promote, l)
 		}
-		return
+		return false
 	case len(gone) > 0 && len(voters) > 1:
 		n.log.Info("replacing a replica whose node is gone", "partition", id.String(), "node", gone[0], "after", n.opts.ReplaceAfter)
 		rep.g.RequestChange(multiraft.Remove, gone[0])
-		return
+		return false
 	case len(voters) > rf:
 		x := n.leastWanted(id, voters, wanted)
 		if !quorumWithout(voters, in, x) {
-			return // the others must be in sync first
+			return false // the others must be in sync first
 		}
 		if x == self {
 			n.handLeadership(id, rep, "its replica here is to be removed", func(node string) bool {
 				return node != self && slices.Contains(in, node) && slices.Contains(wanted, node)
 			})
-			return
+			return false
 		}
 		n.log.Info("removing a replica placement no longer wants", "partition", id.String(), "node", x, "replicas", voters)
 		rep.g.RequestChange(multiraft.Remove, x)
-		return
+		return false
 	}
 	for _, w := range wanted {
 		if slices.Contains(voters, w) {
 			continue
 		}
 		if len(voters) >= rf && !n.takeMove() {
-			return
+			return false
 		}
 		n.log.Info("adding a replica as a learner", "partition", id.String(), "node", w, "replicas", voters)
 		rep.g.RequestChange(multiraft.AddLearner, w)
-		return
+		return false
 	}
+	return len(voters) == len(wanted)
 }
 
 // goneFor returns the nodes of replicas that have not been members for

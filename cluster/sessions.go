@@ -71,10 +71,11 @@ func (v *view) applySession(clientID string, value []byte) {
 }
 
 // adoptSessions adopts the sessions whose node is no longer a member and
-// that rendezvous hashing gives this node.
-func (n *Node) adoptSessions() {
+// that rendezvous hashing gives this node. It reports whether some could
+// not be read from etcd, to be tried again at the next pass.
+func (n *Node) adoptSessions() (again bool) {
 	if n.opts.Plain == nil || n.etcd == nil {
-		return
+		return false
 	}
 	self := n.opts.NodeID
 	var mine []string
@@ -94,7 +95,11 @@ func (n *Node) adoptSessions() {
 		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
 		resp, err := n.etcd.Get(ctx, n.keys.session(clientID))
 		cancel()
-		if err != nil || len(resp.Kvs) == 0 {
+		if err != nil {
+			again = true
+			continue
+		}
+		if len(resp.Kvs) == 0 {
 			continue
 		}
 		var rec sessionRecord
@@ -109,4 +114,5 @@ func (n *Node) adoptSessions() {
 			n.log.Info("session adopted from a node that left", "client", clientID, "node", rec.Node)
 		}
 	}
+	return again
 }
