@@ -299,8 +299,8 @@ func (r *revisits) popDue(now time.Time, f func(revisit)) {
 }
 
 // revisit schedules a visit of partition id at at, unless one comes
-// sooner. A revisit scheduled before the partition was visited again is
-// stale, and dropped when due: each partition has one at most.
+// sooner. One scheduled later stays in the heap, stale: dropped when
+// due.
 func (n *Node) revisit(id queue.PartitionID, at time.Time) {
 	v := n.visited[id]
 	if v.due && !v.dueAt.After(at) {
@@ -335,6 +335,10 @@ func (n *Node) settled(id queue.PartitionID, rec Ownership, rf int) bool {
 	} else if epoch, owned := n.m.Owned(id); owned {
 		v.version = epoch
 	}
+	// The revisit scheduled stays: a partition visited often (a pass
+	// after every change, while thousands are created) has one in the
+	// heap, not one per visit.
+	v.due, v.dueAt = last.due, last.dueAt
 	n.visited[id] = v
 	if !seen || !quiet || last.rev != v.rev || last.topology != v.topology || last.version != v.version || v.at.Sub(last.at) >= last.every() {
 		n.active[id] = true
