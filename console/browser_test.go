@@ -148,6 +148,15 @@ func (p *tab) queuePage() {
 	p.waitText(`table.groups tr[data-group="billing"] td.lag`, "3")
 	p.waitText(`table.groups tr[data-group="billing"] td.consumers`, "1")
 	p.waitText(`table.groups tr[data-group="billing"] td.leased`, "3")
+	// A poll keeps what it did not change: the buttons stay the same
+	// elements, so a click is never lost to a button replaced under the
+	// pointer.
+	eval[bool](p, `(window.keptButtons = [document.getElementById("purge-queue"), document.querySelector('table.groups tr[data-group="billing"] button.delete-group')], true)`)
+	polled := p.text("#refreshed")
+	p.waitFor("a poll", `document.getElementById("refreshed").textContent !== `+js(polled))
+	if !eval[bool](p, `window.keptButtons.every((b) => b !== null && b.isConnected)`) {
+		p.t.Error("a poll replaced the buttons of the queue page")
+	}
 	p.waitFor("two dead letters", `document.querySelectorAll("#dlq tr.letter.waiting").length === 2`)
 	p.waitContains("#dlq-summary", "2 dead letters waiting")
 

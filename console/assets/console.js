@@ -31,16 +31,24 @@ const state = {
 
 function $(sel) { return document.querySelector(sel); }
 
-// h builds an element. Attributes are set with setAttribute (or as event
-// listeners for on*); children that are not nodes become text nodes.
+// h builds an element. Attributes are set with setAttribute (checked,
+// disabled and open as properties too); on* are event handlers, kept in
+// el.handlers so that fill can move them to an equal element already
+// shown. Children that are not nodes become text nodes.
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
     if (k === 'class') el.className = v;
-    else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
-    else if (k === 'checked' || k === 'disabled' || k === 'open') el[k] = Boolean(v);
-    else el.setAttribute(k, v === true ? '' : String(v));
+    else if (k.startsWith('on')) {
+      const type = k.slice(2);
+      el.handlers = el.handlers || {};
+      el.handlers[type] = v;
+      el.addEventListener(type, (ev) => el.handlers[type](ev));
+    } else if (k === 'checked' || k === 'disabled' || k === 'open') {
+      el[k] = true;
+      el.setAttribute(k, '');
+    } else el.setAttribute(k, v === true ? '' : String(v));
   }
   el.append(...nodes(children));
   return el;
@@ -57,8 +65,42 @@ function nodes(children) {
   return out;
 }
 
-// fill replaces the children of el.
-function fill(el, ...children) { el.replaceChildren(...nodes(children)); }
+// fill makes the children of el the ones given. What is shown already
+// and equal (tag, attributes, text) stays, with the new handlers: a poll
+// that changed a figure replaces that figure's text only, so a button is
+// never replaced under the pointer (a click would be lost), and the focus
+// and what the user typed or ticked stay.
+function fill(el, ...children) { patch(el, nodes(children)); }
+
+function patch(el, next) {
+  const old = Array.from(el.childNodes);
+  if (old.length !== next.length) {
+    el.replaceChildren(...next);
+    return;
+  }
+  next.forEach((n, i) => {
+    const o = old[i];
+    if (o.nodeType === Node.TEXT_NODE && n.nodeType === Node.TEXT_NODE) {
+      if (o.data !== n.data) o.data = n.data;
+    } else if (o.nodeType === Node.ELEMENT_NODE && n.nodeType === Node.ELEMENT_NODE && sameElement(o, n)) {
+      o.handlers = n.handlers;
+      patch(o, Array.from(n.childNodes));
+    } else {
+      el.replaceChild(n, o);
+    }
+  });
+}
+
+// sameElement reports whether two elements have the same tag and
+// attributes (their handlers aside).
+function sameElement(a, b) {
+  const types = (x) => Object.keys(x.handlers || {}).sort().join(' ');
+  if (a.tagName !== b.tagName || a.attributes.length !== b.attributes.length || types(a) !== types(b)) return false;
+  for (const at of b.attributes) {
+    if (a.getAttribute(at.name) !== at.value) return false;
+  }
+  return true;
+}
 
 // table builds a table; a column whose first cell is a number (class num)
 // has its header aligned with it.
