@@ -223,7 +223,7 @@ func (a *adminAPI) view(q *queue.Queue, detail bool) QueueView {
 		Node: a.b.cfg.NodeID, Name: info.Name, Settings: settingsOf(info.Options), Depth: info.Depth(),
 		Groups: []GroupView{},
 		Counts: CountsView{Enqueued: c.Enqueued, Delivered: c.Delivered, Redelivered: c.Redelivered, Acked: c.Acked,
-			Nacked: c.Nacked, Rejected: c.Rejected, DeadLettered: c.DeadLettered, Expired: c.Expired,
+			Nacked: c.Nacked, Released: c.Released, Rejected: c.Rejected, DeadLettered: c.DeadLettered, Expired: c.Expired,
 			LeasesLost: c.LeasesLost, Deduplicated: c.Deduplicated, Dropped: c.Dropped},
 	}
 	if a.b.node != nil {

@@ -83,6 +83,7 @@ type CountsView struct {
 	Redelivered  uint64 `json:"redelivered"`
 	Acked        uint64 `json:"acked"`
 	Nacked       uint64 `json:"nacked"`
+	Released     uint64 `json:"released"`
 	Rejected     uint64 `json:"rejected"`
 	DeadLettered uint64 `json:"dead_lettered"`
 	Expired      uint64 `json:"expired"`

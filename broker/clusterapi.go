@@ -376,6 +376,7 @@ func addCounts(c *CountsView, o CountsView) {
 	c.Redelivered += o.Redelivered
 	c.Acked += o.Acked
 	c.Nacked += o.Nacked
+	c.Released += o.Released
 	c.Rejected += o.Rejected
 	c.DeadLettered += o.DeadLettered
 	c.Expired += o.Expired

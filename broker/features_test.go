@@ -71,6 +71,50 @@ func TestQueueExplicitSettlement(t *testing.T) {
 	}
 }
 
+// SPEC 12: $release gives a message back without counting toward
+// max_deliveries: released ten times with max_deliveries 2, it is still
+// delivered, each time with DUP and the next delivery-count, and nothing
+// is dead-lettered; the queue counts the releases apart from nacks.
+func TestQueueRelease(t *testing.T) {
+	b := startBroker(t, t.TempDir(), func(c *config.Config) {
+		c.Queues.Defaults.MaxDeliveries = 2
+		c.Queues.Defaults.AckTimeout = time.Hour
+	})
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	if rc := prod.publish("$queue/rel", []byte("job"), "key", "k"); rc != 0 {
+		t.Fatalf("publish: %#x", rc)
+	}
+	dlq := dialRaw(t, b.MQTTAddr(), "d", connectOpts{})
+	dlq.subscribe(1, nil, "$queue/rel/$dlq")
+	cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+	if rc := cons.subscribe(1, map[string]string{"ack": "explicit"}, "$share/w/$queue/rel"); rc[0] != 1 {
+		t.Fatalf("SUBACK %#x", rc[0])
+	}
+	for n := 1; n <= 11; n++ {
+		d := cons.next(5 * time.Second)
+		if got := userProp(d, "delivery-count"); got != strconv.Itoa(n) || d.Duplicate != (n > 1) || string(d.Payload) != "job" {
+			t.Fatalf("delivery %d: %q count %s, DUP %v", n, d.Payload, got, d.Duplicate)
+		}
+		cons.puback(d, 0)
+		verb := "$release"
+		if n == 11 {
+			verb = "$ack"
+		}
+		if rc := cons.publish("$queue/rel/"+verb, nil, "msg-id", userProp(d, "msg-id"), "group", "w"); rc != 0 {
+			t.Fatalf("%s of delivery %d: %#x", verb, n, rc)
+		}
+	}
+	cons.none(300 * time.Millisecond)
+	dlq.none(300 * time.Millisecond)
+	q := b.Manager().Queue("rel")
+	if q == nil {
+		t.Fatal("queue rel is gone")
+	}
+	if c := q.Stats().Snapshot(); c.Released != 10 || c.Nacked != 0 || c.Acked != 1 || c.DeadLettered != 0 {
+		t.Fatalf("counts %+v, want 10 released, 1 acked, none nacked or dead-lettered", c)
+	}
+}
+
 func TestQueueStaticPartitions(t *testing.T) {
 	b := startBroker(t, t.TempDir(), func(c *config.Config) { c.Queues.Defaults.Partitions = 4 })
 	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})

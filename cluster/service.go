@@ -365,6 +365,8 @@ func settleOp(o queue.Outcome) pb.SettleOp {
 		return pb.SettleOp_UNSENT
 	case queue.Returned:
 		return pb.SettleOp_RETURNED
+	case queue.Release:
+		return pb.SettleOp_RELEASE
 	}
 	return pb.SettleOp_ACK
 }
@@ -382,6 +384,8 @@ func settleHere(m *queue.Manager, l queue.LeaseRef, op pb.SettleOp) error {
 		return m.Settle(l, queue.Unsent)
 	case pb.SettleOp_RETURNED:
 		return m.Settle(l, queue.Returned)
+	case pb.SettleOp_RELEASE:
+		return m.Settle(l, queue.Release)
 	case pb.SettleOp_RECEIVED:
 		m.Received(l)
 		return nil

@@ -25,8 +25,8 @@ func explicitKey(queueName, group, msgID string) string {
 	return queueName + "\x00" + group + "\x00" + msgID
 }
 
-// settleExplicit handles a publish to $queue/{q}/$ack, $nack, $reject or
-// $extend from a consumer subscribed with ack=explicit. The message is
+// settleExplicit handles a publish to $queue/{q}/$ack, $nack, $reject,
+// $release or $extend from a consumer subscribed with ack=explicit. The message is
 // named by its msg-id (user property or payload) and its group (user
 // property group, default "default"). Only the client holding the lease can
 // settle it; anything else is refused with 0x80 and changes nothing. The
@@ -91,6 +91,8 @@ func (h *Hook) applySettlement(cl *mqtt.Client, pk packets.Packet, t queue.Topic
 		err = h.m.Settle(l, queue.Nack)
 	case queue.VerbReject:
 		err = h.m.Settle(l, queue.Reject)
+	case queue.VerbRelease:
+		err = h.m.Settle(l, queue.Release)
 	case queue.VerbExtend:
 		err = h.m.Extend(l)
 	}

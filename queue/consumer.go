@@ -240,6 +240,7 @@ type Lease struct {
 	consumer   *Consumer
 	m          *Message
 	deliveries uint32
+	released   uint32 // of deliveries, those given back by Release
 	deadline   time.Time
 	seq        uint64
 	// active: the lease holds the message. slot: the delivery still counts
@@ -325,6 +326,12 @@ const (
 	// caller gives it back when the connection has room again), so that
 	// its consumer is offered no more than the connection can take.
 	Returned
+	// Release: given back by a consumer that is shutting down, not
+	// failing: back for the group at once, redelivered with DUP, and not
+	// counted toward max_deliveries (nor kept across a restart: a
+	// message released and then recovered counts its deliveries as
+	// though the release had not been).
+	Release
 )
 
 // extend renews an active lease for another ack_timeout.

@@ -42,11 +42,13 @@ type group struct {
 // GroupStats are a group's running totals since the node started.
 type GroupStats struct {
 	Delivered, Redelivered, Acked, Nacked, Rejected, DeadLettered, LeasesLost atomic.Uint64
+	Released                                                                  atomic.Uint64
 }
 
 // GroupCounts are a snapshot of GroupStats.
 type GroupCounts struct {
 	Delivered, Redelivered, Acked, Nacked, Rejected, DeadLettered, LeasesLost uint64
+	Released                                                                  uint64
 }
 
 // Snapshot returns the totals as plain numbers.
@@ -54,7 +56,7 @@ func (s *GroupStats) Snapshot() GroupCounts {
 	return GroupCounts{
 		Delivered: s.Delivered.Load(), Redelivered: s.Redelivered.Load(), Acked: s.Acked.Load(),
 		Nacked: s.Nacked.Load(), Rejected: s.Rejected.Load(), DeadLettered: s.DeadLettered.Load(),
-		LeasesLost: s.LeasesLost.Load(),
+		LeasesLost: s.LeasesLost.Load(), Released: s.Released.Load(),
 	}
 }
 
@@ -122,6 +124,7 @@ type keyState struct{ waiting []*Message }
 type pending struct {
 	m          *Message
 	deliveries uint32 // ended deliveries so far
+	released   uint32 // of them, those released (not counted toward max_deliveries)
 	at         time.Time
 }
 
@@ -309,12 +312,12 @@ func (c *cursor) dispatchLocked(now time.Time) {
 		if cons == nil {
 			return
 		}
-		m, prior := c.nextLocked(now)
+		m, prior, released := c.nextLocked(now)
 		if m == nil {
 			cons.giveBack()
 			return
 		}
-		g.leaseLocked(cons, c, m, prior, now)
+		g.leaseLocked(cons, c, m, prior, released, now)
 	}
 }
 
@@ -375,10 +378,10 @@ func (k kicks) run() {
 	}
 }
 
-func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, now time.Time) {
+func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior, released uint32, now time.Time) {
 	q := g.q
 	cur.p.seq++
-	l := &Lease{cur: cur, consumer: c, m: m, deliveries: prior + 1, seq: cur.p.seq,
+	l := &Lease{cur: cur, consumer: c, m: m, deliveries: prior + 1, released: released, seq: cur.p.seq,
 		deadline: now.Add(q.opts.AckTimeout), active: true, slot: true, explicit: c.explicit}
 	heap.Push(&cur.p.leases, l)
 	cur.p.wantTickLocked()
@@ -397,19 +400,20 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior uint32, 
 	c.r.Deliver(Delivery{Lease: l.ref(), Queue: q.name, Partition: cur.p.index, Message: m, Count: l.deliveries, Explicit: l.explicit})
 }
 
-// nextLocked returns the cursor's next deliverable message and how many of
-// its deliveries already ended, or nil.
-func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
+// nextLocked returns the cursor's next deliverable message, how many of
+// its deliveries already ended and how many of those were released, or
+// nil.
+func (c *cursor) nextLocked(now time.Time) (*Message, uint32, uint32) {
 	for c.ready.Len() > 0 {
 		pd := heap.Pop(&c.ready).(*pending)
 		if c.isSettled(pd.m.Offset) {
 			c.unblockLocked(pd.m) // settled meanwhile: its key passes on
 			continue
 		}
-		if c.expiredLocked(pd.m, pd.deliveries, now) || c.spentLocked(pd.m, pd.deliveries, now) {
+		if c.expiredLocked(pd.m, pd.deliveries, now) || c.spentLocked(pd.m, pd.deliveries-pd.released, now) {
 			continue
 		}
-		return pd.m, pd.deliveries
+		return pd.m, pd.deliveries, pd.released
 	}
 	q := c.g.q
 	// Asked for before it is needed: half of the offsets or half of the
@@ -421,7 +425,7 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		off := c.next
 		m, known := c.messageAt(off)
 		if !known {
-			return nil, 0 // being read from storage
+			return nil, 0, 0 // being read from storage
 		}
 		if m == nil || c.isSettled(off) {
 			c.next++
@@ -433,7 +437,7 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		if q.opts.Ordering == OrderKey {
 			if ks := c.keys[m.Key]; ks != nil {
 				if c.parked >= maxParked {
-					return nil, 0
+					return nil, 0, 0
 				}
 				ks.waiting = append(ks.waiting, m)
 				c.parked++
@@ -458,9 +462,9 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32) {
 		if c.expiredLocked(m, prior, now) || c.spentLocked(m, prior, now) {
 			continue
 		}
-		return m, prior
+		return m, prior, 0
 	}
-	return nil, 0
+	return nil, 0, 0
 }
 
 // markedLocked reports whether the cursor may deliver now, asking for a

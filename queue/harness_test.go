@@ -349,16 +349,17 @@ const (
 	rejected
 	unsent   // given back by the consumer's connection before it was written
 	returned // given back for want of the connection's credit
+	released // $release
 )
 
 func (o outcome) String() string {
-	return [...]string{"ack", "nack", "reject", "unsent", "returned"}[o]
+	return [...]string{"ack", "nack", "reject", "unsent", "returned", "release"}[o]
 }
 
 // settle settles d as its consumer would (PUBACK, or $ack/$nack/$reject
 // for an explicit consumer).
 func (h *harness) settle(d delivery, o outcome) error {
-	return h.m.Settle(d.raw.Lease, [...]queue.Outcome{queue.Ack, queue.Nack, queue.Reject, queue.Unsent, queue.Returned}[o])
+	return h.m.Settle(d.raw.Lease, [...]queue.Outcome{queue.Ack, queue.Nack, queue.Reject, queue.Unsent, queue.Returned, queue.Release}[o])
 }
 
 // mustSettle settles d and fails the test on an error.

@@ -297,6 +297,29 @@ func TestQueueMaxDeliveries(t *testing.T) {
 	}
 }
 
+// SPEC 12: a message given back with $release (the consumer is shutting
+// down) is redelivered at once, its delivery count going up (DUP), and
+// does not count toward max_deliveries: released ten times with
+// max_deliveries 3 it is still delivered, and only three nacks after
+// that dead-letter it.
+func TestQueueReleaseIsNotCountedTowardMaxDeliveries(t *testing.T) {
+	steps := []step{{pub: []msg{{key: "k", subject: "s", payload: "poison"}, kmsg("k", "next")}, sub: "c", want: []string{"poison#1"}}}
+	for n := 2; n <= 11; n++ {
+		steps = append(steps, step{op: release, of: "poison", want: []string{fmt.Sprintf("poison#%d", n)}})
+	}
+	steps = append(steps,
+		step{op: nack, of: "poison", tick: time.Minute, want: []string{"poison#12"}},
+		step{op: nack, of: "poison", tick: time.Minute, want: []string{"poison#13"}},
+		step{op: nack, of: "poison", want: []string{"next#1"}},
+		step{op: ack, of: "next", tick: time.Hour},
+	)
+	runScript(t, script{
+		opts:  func(o *queue.Options) { o.MaxDeliveries = 3 },
+		steps: steps,
+		dlq:   []deadLetter{{payload: "poison", reason: "max-deliveries", id: "0-0", topic: "$queue/q/s", count: 13, group: "g"}},
+	})
+}
+
 // A late PUBACK relayed from another node, which names the lease rather
 // than holds it, frees its consumer's credit like a local one: a consumer
 // on another node whose lease ran out would otherwise lose one credit of

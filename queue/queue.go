@@ -68,6 +68,8 @@ type Stats struct {
 	// Dropped counts messages a dead-letter queue evicted (it has no
 	// dead-letter queue of its own).
 	Dropped atomic.Uint64
+	// Released counts messages consumers gave back with $release.
+	Released atomic.Uint64
 }
 
 // Name returns the queue's name.
@@ -342,7 +344,13 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 		l.cur.g.stats.Rejected.Add(1)
 		q.deadLetterLocked(l.cur, l.m, l.deliveries, ReasonRejected, now)
 	case Unsent, Returned:
-		heap.Push(&l.cur.ready, &pending{m: l.m, deliveries: l.deliveries - 1})
+		heap.Push(&l.cur.ready, &pending{m: l.m, deliveries: l.deliveries - 1, released: l.released})
+	case Release:
+		// Its delivery ended (the next carries DUP) but does not count
+		// toward max_deliveries; nothing is written.
+		q.stats.Released.Add(1)
+		l.cur.g.stats.Released.Add(1)
+		heap.Push(&l.cur.ready, &pending{m: l.m, deliveries: l.deliveries, released: l.released + 1})
 	}
 	p.flushLocked(&b)
 	l.cur.dispatchLocked(now)
@@ -357,13 +365,13 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 // partition's lock must be held.
 func (q *Queue) endDeliveryLocked(l *Lease, b *Batch, now time.Time, backoff bool) {
 	cur, ended := l.cur, l.deliveries
-	if int(ended) >= q.opts.MaxDeliveries && q.dlq != nil {
+	if int(ended-l.released) >= q.opts.MaxDeliveries && q.dlq != nil {
 		q.deadLetterLocked(cur, l.m, ended, ReasonMaxDeliveries, now)
 		return
 	}
 	cur.counts[l.m.Offset] = ended
 	b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: q.name, Group: cur.g.name, Partition: cur.p.index, Offset: l.m.Offset, Count: ended})
-	pd := &pending{m: l.m, deliveries: ended}
+	pd := &pending{m: l.m, deliveries: ended, released: l.released}
 	if backoff {
 		pd.at = now.Add(q.backoff(ended))
 		cur.p.wantTickLocked()

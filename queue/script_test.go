@@ -57,10 +57,11 @@ const (
 	reject
 	extend
 	receive // the PUBACK of an explicit consumer
+	release
 )
 
 func (o op) String() string {
-	return [...]string{"nothing", "ack", "nack", "reject", "extend", "receive"}[o]
+	return [...]string{"nothing", "ack", "nack", "reject", "extend", "receive", "release"}[o]
 }
 
 func depth(n uint64) *uint64 { return &n }
@@ -100,6 +101,8 @@ func runScript(t *testing.T, s script) {
 				err = h.settle(d, nacked)
 			case reject:
 				err = h.settle(d, rejected)
+			case release:
+				err = h.settle(d, released)
 			case extend:
 				err = h.extend(d)
 			case receive:

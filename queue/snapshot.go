@@ -116,7 +116,7 @@ func (i Info) Group(name string) (GroupInfo, bool) {
 type Counts struct {
 	Enqueued, Delivered, Redelivered, Acked, Nacked, Rejected uint64
 	DeadLettered, Expired, LeasesLost, Deduplicated           uint64
-	Dropped                                                   uint64
+	Dropped, Released                                         uint64
 }
 
 // Snapshot returns the current totals.
@@ -126,7 +126,7 @@ func (s *Stats) Snapshot() Counts {
 		Acked: s.Acked.Load(), Nacked: s.Nacked.Load(), Rejected: s.Rejected.Load(),
 		DeadLettered: s.DeadLettered.Load(), Expired: s.Expired.Load(),
 		LeasesLost: s.LeasesLost.Load(), Deduplicated: s.Deduplicated.Load(),
-		Dropped: s.Dropped.Load(),
+		Dropped: s.Dropped.Load(), Released: s.Released.Load(),
 	}
 }
 

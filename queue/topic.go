@@ -16,10 +16,11 @@ const (
 
 // Settlement verbs published to $queue/{queue}/{verb}.
 const (
-	VerbAck    = "$ack"
-	VerbNack   = "$nack"
-	VerbReject = "$reject"
-	VerbExtend = "$extend"
+	VerbAck     = "$ack"
+	VerbNack    = "$nack"
+	VerbReject  = "$reject"
+	VerbExtend  = "$extend"
+	VerbRelease = "$release"
 )
 
 // Topic is a parsed publish topic under $queue/.
@@ -105,9 +106,9 @@ func ParseTopic(topic string) (Topic, error) {
 	switch subject {
 	case dlqLevel:
 		return Topic{Queue: DLQName(name)}, nil
-	case dlqLevel + "/" + VerbAck, dlqLevel + "/" + VerbNack, dlqLevel + "/" + VerbReject, dlqLevel + "/" + VerbExtend:
+	case dlqLevel + "/" + VerbAck, dlqLevel + "/" + VerbNack, dlqLevel + "/" + VerbReject, dlqLevel + "/" + VerbExtend, dlqLevel + "/" + VerbRelease:
 		return Topic{Queue: DLQName(name), Verb: subject[len(dlqLevel)+1:]}, nil
-	case VerbAck, VerbNack, VerbReject, VerbExtend:
+	case VerbAck, VerbNack, VerbReject, VerbExtend, VerbRelease:
 		return Topic{Queue: name, Verb: subject}, nil
 	case "":
 		return Topic{}, ErrInvalidTopic

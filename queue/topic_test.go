@@ -17,6 +17,7 @@ func TestQueueParseTopic(t *testing.T) {
 		{"$queue/orders/$dlq", Topic{Queue: "orders/$dlq"}, true},
 		{"$queue/orders/$ack", Topic{Queue: "orders", Verb: VerbAck}, true},
 		{"$queue/orders/$dlq/$nack", Topic{Queue: "orders/$dlq", Verb: VerbNack}, true},
+		{"$queue/orders/$release", Topic{Queue: "orders", Verb: VerbRelease}, true},
 		{"$queue/orders/$dlq/$other", Topic{}, false},
 		{"$queue/a.b-c_D9", Topic{Queue: "a.b-c_D9"}, true},
 		{"$queue/" + strings.Repeat("q", 128), Topic{Queue: strings.Repeat("q", 128)}, true},

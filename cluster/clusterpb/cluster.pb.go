@@ -123,6 +123,9 @@ const (
 	// RETURNED: the client had no credit for the delivery; the stream's
 	// window credit stays taken until a grant gives it back.
 	SettleOp_RETURNED SettleOp = 6
+	// RELEASE: $release, given back without counting toward
+	// max_deliveries.
+	SettleOp_RELEASE SettleOp = 7
 )
 
 // Enum value maps for SettleOp.
@@ -135,6 +138,7 @@ var (
 		4: "EXTEND",
 		5: "UNSENT",
 		6: "RETURNED",
+		7: "RELEASE",
 	}
 	SettleOp_value = map[string]int32{
 		"ACK":      0,
@@ -144,6 +148,7 @@ var (
 		"EXTEND":   4,
 		"UNSENT":   5,
 		"RETURNED": 6,
+		"RELEASE":  7,
 	}
 )
 
@@ -2821,7 +2826,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x12\x12\n" +
 	"\x0eBAD_PARTITIONS\x10\v\x12\t\n" +
 	"\x05OTHER\x10\f\x12\x13\n" +
-	"\x0fUNKNOWN_OUTCOME\x10\r*]\n" +
+	"\x0fUNKNOWN_OUTCOME\x10\r*j\n" +
 	"\bSettleOp\x12\a\n" +
 	"\x03ACK\x10\x00\x12\b\n" +
 	"\x04NACK\x10\x01\x12\n" +
@@ -2832,7 +2837,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06EXTEND\x10\x04\x12\n" +
 	"\n" +
 	"\x06UNSENT\x10\x05\x12\f\n" +
-	"\bRETURNED\x10\x062\xca\x05\n" +
+	"\bRETURNED\x10\x06\x12\v\n" +
+	"\aRELEASE\x10\a2\xca\x05\n" +
 	"\x04Node\x12Q\n" +
 	"\aPublish\x12\x1f.shardq.cluster.v1.PublishBatch\x1a!.shardq.cluster.v1.PublishResults(\x010\x01\x12K\n" +
 	"\aConsume\x12\x1c.shardq.cluster.v1.ConsumeUp\x1a\x1e.shardq.cluster.v1.ConsumeDown(\x010\x01\x12M\n" +
