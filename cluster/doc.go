@@ -45,7 +45,9 @@
 //
 // Node.mu guards the view, the peers, the gone nodes and the ownership
 // notification; it may be held while taking a peer's mu (closing a link)
-// and a forwarder's mu (never the other way round). raftHost.mu guards
+// and a forwarder's mu (never the other way round). A keyWriter's mu may
+// be held while taking plainState's mu (a session's write asking whether
+// the node still holds its client). raftHost.mu guards
 // the replicas, the partition logs and each replica's proposals and
 // applied marks; nothing else is taken under it. multiraft.Host's lock
 // is its own and never held while calling a replica. No lock of this

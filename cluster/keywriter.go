@@ -25,9 +25,12 @@ type keyWriter struct {
 }
 
 // pendingWrite is a key's value to write (nil: delete the key) and what
-// waits for it: the writes of its key it replaced wait for it too.
+// waits for it: the writes of its key it replaced wait for it too. still,
+// when set, is asked before each try: a write no longer wanted is
+// dropped, as if written.
 type pendingWrite struct {
 	value   *string
+	still   func() bool
 	written chan struct{}
 }
 
@@ -45,12 +48,20 @@ func newKeyWriter(n *Node, what string) *keyWriter {
 
 // put queues a write of key; the channel returned is closed once it, or
 // a later write of the key, is in etcd.
-func (w *keyWriter) put(key, value string) <-chan struct{} { return w.queue(key, &value) }
+func (w *keyWriter) put(key, value string) <-chan struct{} { return w.queue(key, &value, nil) }
+
+// putWhile queues a write of key, as put, made only while still reports
+// true when its turn comes (each try): a write that a try left in doubt
+// and that is no longer this node's to make is not made again over a
+// newer one of another node. still must not take w's lock.
+func (w *keyWriter) putWhile(key, value string, still func() bool) <-chan struct{} {
+	return w.queue(key, &value, still)
+}
 
 // del queues the deletion of key, as put.
-func (w *keyWriter) del(key string) <-chan struct{} { return w.queue(key, nil) }
+func (w *keyWriter) del(key string) <-chan struct{} { return w.queue(key, nil, nil) }
 
-func (w *keyWriter) queue(key string, value *string) <-chan struct{} {
+func (w *keyWriter) queue(key string, value *string, still func() bool) <-chan struct{} {
 	w.once.Do(func() { go w.run() })
 	w.mu.Lock()
 	p := w.pending[key]
@@ -59,7 +70,7 @@ func (w *keyWriter) queue(key string, value *string) <-chan struct{} {
 		w.pending[key] = p
 		w.order = append(w.order, key)
 	}
-	p.value = value
+	p.value, p.still = value, still
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -111,6 +122,17 @@ func (w *keyWriter) run() {
 func (w *keyWriter) next() ([]string, []*string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// The writes no longer wanted are done with, unwritten.
+	kept := w.order[:0]
+	for _, key := range w.order {
+		if p := w.pending[key]; p.still != nil && !p.still() {
+			delete(w.pending, key)
+			close(p.written)
+			continue
+		}
+		kept = append(kept, key)
+	}
+	w.order = kept
 	var keys []string
 	var values []*string
 	size := 0

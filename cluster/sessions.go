@@ -40,7 +40,18 @@ func (n *Node) SaveSession(clientID, user string, session []byte) {
 		n.log.Error("a session's record not encoded", "client", clientID, "err", err)
 		return
 	}
-	n.sessions.put(n.keys.session(clientID), string(v))
+	// Written only while this node holds the client: once another node
+	// took it, a try left in doubt (etcd slow) is not made again over
+	// that node's record.
+	n.sessions.putWhile(n.keys.session(clientID), string(v), func() bool { return n.holdsClient(clientID) })
+}
+
+// holdsClient reports whether this node holds clientID (ClaimClient).
+func (n *Node) holdsClient(clientID string) bool {
+	p := n.plain()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.claims[clientID] != nil
 }
 
 // DropSession removes the record of a session that ended, if there is
