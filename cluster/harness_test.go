@@ -20,7 +20,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/shardq/shardq/cluster/devetcd"
+	"github.com/shardq/shardq/cluster"
 	"github.com/shardq/shardq/internal/netfault"
 	"github.com/shardq/shardq/internal/testbin"
 )
@@ -86,17 +86,8 @@ type node struct {
 
 func newCluster(t testing.TB, extra ...string) *testCluster {
 	t.Helper()
-	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint()}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	current = &testCluster{t: t, etcd: e.Endpoint(), cli: cli, nodes: map[string]*node{}, extra: extra}
+	endpoint, cli := cluster.StartEtcd(t)
+	current = &testCluster{t: t, etcd: endpoint, cli: cli, nodes: map[string]*node{}, extra: extra}
 	return current
 }
 

@@ -6,26 +6,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/shardq/shardq/cluster/devetcd"
 )
 
 // A session's record is written only while its node holds the client: a
 // write still pending (etcd slow, a try left in doubt) when another node
 // took the client is dropped, not written over that node's record.
 func TestKeyWriterDropsWhatIsNoLongerWanted(t *testing.T) {
-	e, err := devetcd.Start(devetcd.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint()}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	_, cli := StartEtcd(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	w := newKeyWriter(&Node{ctx: ctx, etcd: cli, log: slog.New(slog.DiscardHandler)}, "sessions")
