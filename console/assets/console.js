@@ -91,8 +91,8 @@ function patch(el, next) {
   });
 }
 
-// sameElement reports whether two elements have the same tag and
-// attributes (their handlers aside).
+// sameElement reports whether two elements have the same tag, attributes
+// and kinds of event handled (the handlers themselves may differ).
 function sameElement(a, b) {
   const types = (x) => Object.keys(x.handlers || {}).sort().join(' ');
   if (a.tagName !== b.tagName || a.attributes.length !== b.attributes.length || types(a) !== types(b)) return false;
