@@ -45,8 +45,8 @@ import (
 // In a cluster, the reads of queues (the list, a queue, a peek) gather
 // every node's figures (clusterapi.go), a declare goes to the cluster's
 // catalog, and purge, group delete and replay act on every node's
-// partitions (clusterchange.go); a queue delete acts on one node's
-// partitions and is refused with 501 until it acts on the cluster's.
+// partitions (clusterchange.go); a queue delete removes the queue from
+// the cluster, every node forgetting its copy (cluster.Node.DeleteQueue).
 
 // Peek limits.
 const (
@@ -70,7 +70,7 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		methods map[string]http.HandlerFunc
 	}{
 		{"/api/v1/queues", map[string]http.HandlerFunc{"GET": a.listQueues}},
-		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare), "DELETE": a.mutating(a.single(a.deleteQueue))}},
+		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare), "DELETE": a.mutating(a.deleteQueue)}},
 		{"/api/v1/queues/{queue}/messages", map[string]http.HandlerFunc{"GET": a.peek(false)}},
 		{"/api/v1/queues/{queue}/consumers", map[string]http.HandlerFunc{"GET": a.queueConsumers}},
 		{"/api/v1/queues/{queue}/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(false))}},
@@ -117,18 +117,6 @@ func (a *adminAPI) notAllowed(allow []string) http.HandlerFunc {
 func (a *adminAPI) mutating(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-		h(w, r)
-	}
-}
-
-// single refuses h in a cluster: it changes the partitions of one node
-// only, which would leave the cluster's queue half changed.
-func (a *adminAPI) single(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if a.b.node != nil {
-			a.fail(w, r, http.StatusNotImplemented, fmt.Errorf("%s %s acts on one node's partitions: not available in a cluster", r.Method, r.URL.Path))
-			return
-		}
 		h(w, r)
 	}
 }
@@ -307,6 +295,10 @@ func (a *adminAPI) deleteQueue(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
+	if a.b.node != nil {
+		a.deleteClusterQueue(w, r, q)
+		return
+	}
 	depth, dlqDepth := q.Info().Depth(), q.DLQ().Info().Depth()
 	if err := a.b.manager.DeleteQueue(r.Context(), q.Name()); err != nil {
 		a.failErr(w, r, err)
@@ -314,6 +306,26 @@ func (a *adminAPI) deleteQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Info("queue deleted over the admin API", "queue", q.Name(), "messages", depth, "dead_letters", dlqDepth)
 	a.reply(w, http.StatusOK, QueueDeleted{Node: a.b.cfg.NodeID, Queue: q.Name(), Messages: depth, DeadLetters: dlqDepth})
+}
+
+// deleteClusterQueue deletes q from the cluster: the figures it answers
+// are those every node gave just before (the partitions of a node down
+// are not counted), and it names the nodes that had yet to forget the
+// queue when it answered (those down forget it as they start).
+func (a *adminAPI) deleteClusterQueue(w http.ResponseWriter, r *http.Request, q *queue.Queue) {
+	v := a.view(q, false)
+	a.gatherQueue(r, &v, q.Name())
+	var dlqDepth uint64
+	if v.DLQ != nil {
+		dlqDepth = v.DLQ.Depth
+	}
+	done, err := a.b.node.DeleteQueue(r.Context(), q.Name())
+	if err != nil {
+		a.failErr(w, r, err)
+		return
+	}
+	a.log.Info("queue deleted from the cluster over the admin API", "queue", q.Name(), "messages", v.Depth, "dead_letters", dlqDepth, "pending", done.Pending)
+	a.reply(w, http.StatusOK, QueueDeleted{Node: a.b.cfg.NodeID, Queue: q.Name(), Messages: v.Depth, DeadLetters: dlqDepth, Pending: done.Pending, NodesMissing: v.NodesMissing})
 }
 
 func (a *adminAPI) peek(dlq bool) http.HandlerFunc {

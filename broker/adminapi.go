@@ -216,6 +216,11 @@ type QueueDeleted struct {
 	Queue       string `json:"queue"`
 	Messages    uint64 `json:"messages"`
 	DeadLetters uint64 `json:"dead_letters"`
+	// Pending names, in a cluster, the nodes that had not yet forgotten
+	// the queue: those down forget it as they start.
+	Pending []string `json:"pending,omitempty"`
+	// NodesMissing names the nodes whose figures are not counted.
+	NodesMissing []string `json:"nodes_missing,omitempty"`
 }
 
 // GroupDeleted is the answer to a group deletion.

@@ -28,6 +28,8 @@ import (
 //	P owners/{queue}/{p}  Ownership, kept: the owner and epoch of a partition
 //	P placement           []PlacementRule, kept: which nodes may hold which queues
 //	P drain/{id}          "", kept: the node is drained of its partitions
+//	P deleted/{name}      Tombstone, kept: the queue was deleted, and who
+//	                      has yet to forget it (deletequeue.go)
 //
 // A partition's owner claims it with a transaction on the ownership key's
 // revision that raises the epoch; a dead-letter partition goes with its
@@ -39,6 +41,9 @@ func (k keys) node(id string) string  { return k.prefix + "nodes/" + id }
 func (k keys) known(id string) string { return k.prefix + "known/" + id }
 func (k keys) drain(id string) string { return k.prefix + "drain/" + id }
 func (k keys) placement() string      { return k.prefix + "placement" }
+func (k keys) deleted(name string) string {
+	return k.prefix + "deleted/" + name
+}
 func (k keys) queue(name string) string {
 	return k.prefix + "queues/" + name
 }
@@ -65,6 +70,10 @@ type QueueInfo struct {
 	// Declared holds the settings declared through the admin API, which
 	// every node applies; nil: each node's config decides.
 	Declared *queue.Options `json:"declared,omitempty"`
+	// Incarnation counts the times the queue was deleted and created
+	// again: its partitions' raft groups are named after it (groupName).
+	Incarnation uint64 `json:"incarnation,omitempty"`
+	created     int64  // the key's create revision: one per incarnation
 }
 
 // Ownership records who owns a partition, under which epoch. Session is
@@ -84,7 +93,10 @@ type Ownership struct {
 	// partition: a leader of an older term, paused or cut off, may not
 	// claim it back.
 	Term uint64 `json:"term,omitempty"`
-	rev  int64  // the key's mod revision
+	// Incarnation is the incarnation of the queue the record is of
+	// (QueueInfo): it names the partition's raft group.
+	Incarnation uint64 `json:"incarnation,omitempty"`
+	rev         int64  // the key's mod revision
 }
 
 // view is the node's copy of the cluster's keys, kept by the watch.
@@ -97,18 +109,21 @@ type view struct {
 	owners   map[queue.PartitionID]Ownership
 	// placement is the cluster's placement rules (publishPlacement).
 	placement []PlacementRule
-	rev       int64
-	leaving   bool              // this node is leaving: it wants no partition
-	plain     interest          // every node's plain topic filters (plain.go)
-	sessions  map[string]string // the node holding each recorded session, by client ID (sessions.go)
+	// deleted: the tombstones of deleted queues, by name.
+	deleted  map[string]Tombstone
+	rev      int64
+	leaving  bool              // this node is leaving: it wants no partition
+	plain    interest          // every node's plain topic filters (plain.go)
+	sessions map[string]string // the node holding each recorded session, by client ID (sessions.go)
 }
 
 func newView() view {
-	return view{nodes: map[string]NodeInfo{}, known: map[string]bool{}, draining: map[string]bool{}, queues: map[string]QueueInfo{}, owners: map[queue.PartitionID]Ownership{}, sessions: map[string]string{}}
+	return view{nodes: map[string]NodeInfo{}, known: map[string]bool{}, draining: map[string]bool{}, queues: map[string]QueueInfo{}, owners: map[queue.PartitionID]Ownership{}, sessions: map[string]string{}, deleted: map[string]Tombstone{}}
 }
 
-// apply records one key's new value (nil: deleted).
-func (v *view) apply(k keys, key string, value []byte, rev int64) {
+// apply records one key's new value (nil: deleted), with its mod and
+// create revisions.
+func (v *view) apply(k keys, key string, value []byte, rev, created int64) {
 	rest, ok := strings.CutPrefix(key, k.prefix)
 	if !ok {
 		return
@@ -148,6 +163,7 @@ func (v *view) apply(k keys, key string, value []byte, rev int64) {
 		}
 		var qi QueueInfo
 		if json.Unmarshal(value, &qi) == nil {
+			qi.created = created
 			v.queues[name] = qi
 		}
 	case "owners":
@@ -168,6 +184,15 @@ func (v *view) apply(k keys, key string, value []byte, rev int64) {
 		if json.Unmarshal(value, &o) == nil {
 			o.rev = rev
 			v.owners[id] = o
+		}
+	case "deleted":
+		if value == nil {
+			delete(v.deleted, name)
+			return
+		}
+		var t Tombstone
+		if json.Unmarshal(value, &t) == nil {
+			v.deleted[name] = t
 		}
 	case "interest": // ordinary MQTT across nodes (plain.go)
 		v.plain.apply(name, value != nil)
@@ -446,7 +471,16 @@ func (n *Node) watch(rev int64) {
 						value = []byte{} // an empty value, not a delete
 					}
 				}
-				n.view.apply(n.keys, string(ev.Kv.Key), value, ev.Kv.ModRevision)
+				n.view.apply(n.keys, string(ev.Kv.Key), value, ev.Kv.ModRevision, ev.Kv.CreateRevision)
+				if t, ok := n.view.deleted[deletedName(n.keys, string(ev.Kv.Key))]; ok && slices.Contains(t.Pending, n.opts.NodeID) && ev.Type == mvccpb.Event_PUT {
+					// Forgotten before any later change is seen, such
+					// as the queue created again.
+					n.mu.Unlock()
+					if err := n.forget(n.ctx, deletedName(n.keys, string(ev.Kv.Key)), t); err != nil {
+						n.log.Error("forgetting a deleted queue", "err", err)
+					}
+					n.mu.Lock()
+				}
 			}
 			n.view.rev = wr.Header.Revision
 			n.mu.Unlock()
@@ -480,10 +514,15 @@ func (n *Node) loadView(ctx context.Context) (int64, error) {
 		if value == nil {
 			value = []byte{}
 		}
-		v.apply(n.keys, string(kv.Key), value, kv.ModRevision)
+		v.apply(n.keys, string(kv.Key), value, kv.ModRevision, kv.CreateRevision)
 	}
 	n.applyRetained(retained, true)
 	v.rev = resp.Header.Revision
+	// Deleted queues are forgotten before the view shows what came
+	// after, such as a queue created again.
+	if err := n.forgetTombstones(ctx, v.deleted); err != nil {
+		return 0, err
+	}
 	n.mu.Lock()
 	v.leaving = n.view.leaving
 	n.view = v
@@ -532,24 +571,34 @@ func (n *Node) changedView() {
 // node's config says partitions); otherwise the catalog's count is used.
 func (n *Node) catalogQueue(ctx context.Context, name string, partitions int, declared bool) (int, error) {
 	key := n.keys.queue(name)
-	info, _ := json.Marshal(QueueInfo{Partitions: partitions})
-	resp, err := n.etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(info))).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if err != nil {
-		return 0, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
-	}
-	if resp.Succeeded {
-		n.mu.Lock()
-		n.view.queues[name] = QueueInfo{Partitions: partitions}
-		n.mu.Unlock()
-		return partitions, nil
-	}
 	var have QueueInfo
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		_ = json.Unmarshal(kvs[0].Value, &have)
+	for {
+		inc, cmp, err := n.nextIncarnation(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
+		}
+		qi := QueueInfo{Partitions: partitions, Incarnation: inc}
+		info, _ := json.Marshal(qi)
+		resp, err := n.etcd.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), cmp).
+			Then(clientv3.OpPut(key, string(info))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			return 0, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
+		}
+		if resp.Succeeded {
+			qi.created = resp.Header.Revision
+			n.mu.Lock()
+			n.view.queues[name] = qi
+			n.mu.Unlock()
+			return partitions, nil
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			_ = json.Unmarshal(kvs[0].Value, &have)
+			break
+		}
+		// The tombstone changed: deleted again meanwhile.
 	}
 	if declared && have.Partitions != partitions {
 		return 0, fmt.Errorf("%w: queue %q has %d partitions in the cluster, this node's config says %d",
@@ -574,6 +623,16 @@ func (n *Node) checkCatalog(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// deletedName returns the queue a tombstone's key names, "" for another
+// key.
+func deletedName(k keys, key string) string {
+	name, ok := strings.CutPrefix(key, k.deleted(""))
+	if !ok {
+		return ""
+	}
+	return name
 }
 
 // ErrUnknownNode is returned by Start when a placement rule names a node
@@ -786,7 +845,7 @@ func (n *Node) claim(ctx context.Context, id queue.PartitionID, prev *Ownership,
 	if prev != nil {
 		next.Epoch = prev.Epoch + 1
 		next.Replicas, next.Learners = prev.Replicas, prev.Learners
-		next.Term = prev.Term
+		next.Term, next.Incarnation = prev.Term, prev.Incarnation
 		cmp = clientv3.Compare(clientv3.ModRevision(key), "=", prev.rev)
 	}
 	return n.writeOwnership(ctx, id, cmp, next)
@@ -795,22 +854,27 @@ func (n *Node) claim(ctx context.Context, id queue.PartitionID, prev *Ownership,
 // claimLeader records this node, raft leader of id in term, as its owner
 // with the next epoch, if the record is still prev.
 func (n *Node) claimLeader(ctx context.Context, id queue.PartitionID, prev Ownership, session int64, term uint64) (Ownership, bool, error) {
-	next := Ownership{Owner: n.opts.NodeID, Epoch: prev.Epoch + 1, Session: session, Replicas: prev.Replicas, Learners: prev.Learners, Term: term}
+	next := Ownership{Owner: n.opts.NodeID, Epoch: prev.Epoch + 1, Session: session, Replicas: prev.Replicas, Learners: prev.Learners, Term: term, Incarnation: prev.Incarnation}
 	return n.writeOwnership(ctx, id, clientv3.Compare(clientv3.ModRevision(n.keys.owner(id)), "=", prev.rev), next)
 }
 
-// createReplicated records a new replicated partition: its replicas, no
-// owner yet (the raft leader claims it), if it has no record.
-func (n *Node) createReplicated(ctx context.Context, id queue.PartitionID, replicas []string) error {
+// createReplicated records a new replicated partition of the queue's
+// incarnation inc: its replicas, no owner yet (the raft leader claims
+// it), if it has no record.
+// The queue's catalog entry must still be the one of that incarnation
+// (created at revision created): a record is never written for a queue
+// deleted meanwhile.
+func (n *Node) createReplicated(ctx context.Context, id queue.PartitionID, inc uint64, created int64, replicas []string) error {
 	key := n.keys.owner(id)
-	_, _, err := n.writeOwnership(ctx, id, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), Ownership{Replicas: replicas})
+	_, _, err := n.writeOwnership(ctx, id, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), Ownership{Replicas: replicas, Incarnation: inc},
+		clientv3.Compare(clientv3.CreateRevision(n.keys.queue(id.Queue)), "=", created))
 	return err
 }
 
-func (n *Node) writeOwnership(ctx context.Context, id queue.PartitionID, cmp clientv3.Cmp, next Ownership) (Ownership, bool, error) {
+func (n *Node) writeOwnership(ctx context.Context, id queue.PartitionID, cmp clientv3.Cmp, next Ownership, more ...clientv3.Cmp) (Ownership, bool, error) {
 	key := n.keys.owner(id)
 	v, _ := json.Marshal(next)
-	resp, err := n.etcd.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(v))).Commit()
+	resp, err := n.etcd.Txn(ctx).If(append([]clientv3.Cmp{cmp}, more...)...).Then(clientv3.OpPut(key, string(v))).Commit()
 	if err != nil {
 		return next, false, err
 	}

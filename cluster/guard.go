@@ -77,6 +77,9 @@ type guardedLog struct {
 	g *guard
 }
 
+// Local returns the log under the guard (queue.LocalLog).
+func (l *guardedLog) Local() queue.Log { return l.Log }
+
 func (l *guardedLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, sync bool, done func(error)) {
 	// A message's offset is assigned already (the manager's Admit refused
 	// it before, while the lease had lapsed): it goes to the log so that

@@ -109,6 +109,12 @@ type Node struct {
 
 	guard guard
 	raft  *raftHost // nil without a RaftStore
+
+	// forgetMu serializes forgetting deleted queues (deletequeue.go);
+	// forgotten holds, by queue, one more than the last incarnation
+	// forgotten here (guarded by forgetMu).
+	forgetMu  sync.Mutex
+	forgotten map[string]uint64
 	// origins: what the partitions here stored lately, by origin; run
 	// and originSeq name the publishes that enter the cluster here
 	// (origins.go).
@@ -204,7 +210,7 @@ func New(o Options) (*Node, error) {
 	}
 	n := &Node{opts: o, log: o.Logger.With("component", "cluster"), keys: keys{o.Prefix},
 		peers: map[string]*peer{}, moving: map[queue.PartitionID]bool{}, subs: map[*remoteSub]struct{}{}, watched: map[*queue.Credit]bool{}, gone: map[string]time.Time{},
-		visited: map[queue.PartitionID]visit{}, active: map[queue.PartitionID]bool{},
+		visited: map[queue.PartitionID]visit{}, active: map[queue.PartitionID]bool{}, forgotten: map[string]uint64{},
 		changed: make(chan struct{}, 1), notify: make(chan struct{}), view: newView(),
 		origins: newOrigins(), run: rand.Uint64()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -325,6 +331,15 @@ func (n *Node) Start(ctx context.Context, m *queue.Manager) error {
 		cancel()
 		_ = cli.Close()
 		return err
+	}
+	// Queues deleted while this node was away are forgotten before it
+	// records or opens anything.
+	tombs, err := n.readTombstones(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("cluster: reading the deleted queues: %w", err))
+	}
+	if err := n.forgetTombstones(ctx, tombs); err != nil {
+		return fail(err)
 	}
 	if err := n.checkCatalog(ctx); err != nil {
 		return fail(err)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"hash/fnv"
 	"path"
 	"slices"
@@ -154,10 +155,13 @@ func (n *Node) reconcile(full bool) {
 		if n.ctx.Err() != nil {
 			return
 		}
-		q, err := n.m.Ensure(n.ctx, name, qi.Partitions)
+		q, err := n.ensureCataloged(name, qi.Partitions)
 		if err != nil {
 			n.log.Error("queue of the cluster's catalog", "queue", name, "err", err)
 			continue
+		}
+		if q == nil {
+			continue // deleted since the pass began
 		}
 		if qi.Declared != nil && q.Options() != *qi.Declared {
 			if _, _, err := n.m.Declare(n.ctx, name, *qi.Declared); err != nil {
@@ -178,6 +182,21 @@ func (n *Node) reconcile(full bool) {
 		n.opened = true
 		n.raft.mr.RecoveredAll()
 	}
+}
+
+// ensureCataloged opens queue name here if the catalog still holds it,
+// nil if not: a queue deleted since the pass began is not opened again
+// after it was forgotten (forget waits for this).
+func (n *Node) ensureCataloged(name string, partitions int) (*queue.Queue, error) {
+	n.forgetMu.Lock()
+	defer n.forgetMu.Unlock()
+	n.mu.Lock()
+	_, still := n.view.queues[name]
+	n.mu.Unlock()
+	if !still {
+		return nil, nil
+	}
+	return n.m.Ensure(n.ctx, name, partitions)
 }
 
 // reconcilePartition brings partition id in line with the view.
@@ -323,7 +342,7 @@ func (n *Node) settled(id queue.PartitionID, rec Ownership, rf int) bool {
 	if rf > 1 && n.raft != nil {
 		r := last.rep
 		if r == nil || !r.isOpen() {
-			r = n.raft.replica(groupName(id))
+			r = n.raft.replica(id)
 		}
 		v.rep = r
 		if r == nil {
@@ -509,8 +528,9 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		}
 		n.mu.Lock()
 		replicas := n.view.top(id, allowed, rf)
+		qi := n.view.queues[id.Queue]
 		n.mu.Unlock()
-		if err := n.createReplicated(n.ctx, id, replicas); err != nil {
+		if err := n.createReplicated(n.ctx, id, qi.Incarnation, qi.created, replicas); err != nil {
 			n.log.Warn("creating a replicated partition", "partition", id.String(), "err", err)
 		}
 		return false
@@ -520,7 +540,11 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		n.raft.closeRemoved(id, rec)
 		return true
 	}
-	r, err := n.raft.ensureGroup(id, rec.Replicas)
+	r, err := n.raft.ensureGroup(id, rec.Incarnation, rec.Replicas)
+	if errors.Is(err, errOldIncarnation) {
+		n.log.Info("waiting for the raft group of a deleted incarnation to close", "partition", id.String(), "err", err)
+		return false
+	}
 	if err != nil {
 		n.log.Error("starting a partition's raft group", "partition", id.String(), "err", err)
 		return false

@@ -52,10 +52,21 @@ const (
 	raftSyncEvery = 500 * time.Millisecond
 )
 
-func groupName(id queue.PartitionID) string { return id.String() }
+// groupName names the raft group of partition id of the queue's
+// incarnation inc: "orders/3" for the queue as first created, "orders/3@2"
+// for it created again after two deletions. A queue deleted and created
+// again gets new groups, which nothing of the old ones (a replica that
+// missed the deletion) can take part in.
+func groupName(id queue.PartitionID, inc uint64) string {
+	if inc == 0 {
+		return id.String()
+	}
+	return id.String() + "@" + strconv.FormatUint(inc, 10)
+}
 
 // groupPartition is the partition a group's name names.
 func groupPartition(name string) queue.PartitionID {
+	name, _, _ = strings.Cut(name, "@")
 	i := strings.LastIndexByte(name, '/')
 	p, _ := strconv.Atoi(name[i+1:])
 	return queue.PartitionID{Queue: name[:i], Partition: p}
@@ -69,8 +80,10 @@ type raftHost struct {
 	store RaftStore
 	logs  queue.Logs // the node's local logs, under the raft logs
 
-	mu       sync.Mutex
-	replicas map[string]*replica
+	mu sync.Mutex
+	// replicas: the replica of each replicated partition here, of one
+	// incarnation of its queue at a time.
+	replicas map[queue.PartitionID]*replica
 	// proposing: the replicas with proposals in flight, which expire
 	// looks at (not at every replica each second).
 	proposing map[*replica]bool
@@ -88,7 +101,7 @@ type raftHost struct {
 }
 
 func newRaftHost(n *Node, store RaftStore) *raftHost {
-	h := &raftHost{n: n, store: store, replicas: map[string]*replica{}, proposing: map[*replica]bool{}, partLogs: map[queue.PartitionID]*raftLog{}, ackPolicies: map[string]ackPolicyKey{},
+	h := &raftHost{n: n, store: store, replicas: map[queue.PartitionID]*replica{}, proposing: map[*replica]bool{}, partLogs: map[queue.PartitionID]*raftLog{}, ackPolicies: map[string]ackPolicyKey{},
 		senders: map[string]*raftSender{}, token: uint64(time.Now().UnixNano()) ^ multiraft.ID(n.opts.NodeID)}
 	m := n.Metrics()
 	h.mr = multiraft.New(multiraft.Options{
@@ -155,9 +168,10 @@ func (h *raftHost) Send(node, group string, m *rpb.Message) bool {
 // local logs (and its dead-letter partition's), and proposes the writes
 // the partition makes while this node leads.
 type replica struct {
-	h  *raftHost
-	id queue.PartitionID
-	g  *multiraft.Group // set by Bind
+	h    *raftHost
+	id   queue.PartitionID
+	name string           // its raft group's name (groupName)
+	g    *multiraft.Group // set by Bind
 	// open: its group is open (guarded by raftHost.mu).
 	open bool
 
@@ -206,14 +220,23 @@ type proposal struct {
 	acked     bool
 }
 
-// ensureGroup starts the replica of partition id on this node, from its
-// stored state, or new with replicas as its voters.
-func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*replica, error) {
-	name := groupName(id)
+// errOldIncarnation is ensureGroup's error while the replica of an
+// earlier incarnation of the partition's queue is still closing here.
+var errOldIncarnation = errors.New("cluster: the raft group of a deleted incarnation of the queue is still closing")
+
+// ensureGroup starts the replica of partition id of the queue's
+// incarnation inc on this node, from its stored state, or new with
+// replicas as its voters.
+func (h *raftHost) ensureGroup(id queue.PartitionID, inc uint64, replicas []string) (*replica, error) {
+	name := groupName(id, inc)
 	h.mu.Lock()
-	r := h.replicas[name]
+	r := h.replicas[id]
 	h.mu.Unlock()
 	if r != nil {
+		if r.name != name {
+			r.g.Close()
+			return nil, fmt.Errorf("%w: %s", errOldIncarnation, r.name)
+		}
 		return r, nil
 	}
 	st, err := h.store.Load(name)
@@ -224,17 +247,20 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, replicas []string) (*replic
 	if st.HardState != nil {
 		applied = min(applied, max(st.HardState.GetCommit(), 1))
 	}
-	r = &replica{h: h, id: id, inflight: map[uint64]*proposal{}, proposed: map[uint64][]*proposal{}, stored: applied}
+	r = &replica{h: h, id: id, name: name, inflight: map[uint64]*proposal{}, proposed: map[uint64][]*proposal{}, stored: applied}
 	h.mu.Lock()
-	if existing := h.replicas[name]; existing != nil {
+	if existing := h.replicas[id]; existing != nil {
 		h.mu.Unlock()
+		if existing.name != name {
+			return nil, fmt.Errorf("%w: %s", errOldIncarnation, existing.name)
+		}
 		return existing, nil
 	}
-	h.replicas[name] = r
+	h.replicas[id] = r
 	h.mu.Unlock()
 	if _, err := h.mr.Open(name, replicas, r); err != nil {
 		h.mu.Lock()
-		delete(h.replicas, name)
+		delete(h.replicas, id)
 		h.mu.Unlock()
 		return nil, fmt.Errorf("cluster: raft group %s: %w", name, err)
 	}
@@ -254,11 +280,12 @@ func (r *replica) isOpen() bool {
 // Bind records the replica's group (multiraft, before the group runs).
 func (r *replica) Bind(g *multiraft.Group) { r.g = g }
 
-// replica returns the replica of the group named, nil when none here.
-func (h *raftHost) replica(name string) *replica {
+// replica returns the open replica of partition id (of a queue, not of
+// its dead-letter queue), nil when none here.
+func (h *raftHost) replica(id queue.PartitionID) *replica {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if r := h.replicas[name]; r != nil && r.open {
+	if r := h.replicas[id]; r != nil && r.open {
 		return r
 	}
 	return nil
@@ -332,7 +359,7 @@ func (r *replica) Propose() {
 }
 
 func notLeader(r *replica) error {
-	return fmt.Errorf("%w: %s: this node is not its leader", queue.ErrNotOwned, groupName(r.id))
+	return fmt.Errorf("%w: %s: this node is not its leader", queue.ErrNotOwned, r.name)
 }
 
 // LeaderChanged fails what waits for this replica's leadership when it
@@ -352,8 +379,8 @@ func (r *replica) Failed(err error) { r.failAll(fmt.Errorf("%w: %v", queue.ErrSt
 func (r *replica) Removed() {
 	h := r.h
 	h.mu.Lock()
-	if h.replicas[groupName(r.id)] == r {
-		delete(h.replicas, groupName(r.id))
+	if h.replicas[r.id] == r {
+		delete(h.replicas, r.id)
 	}
 	r.open = false
 	h.mu.Unlock()
@@ -410,7 +437,7 @@ func (r *replica) Apply(ents []*rpb.Entry) {
 		}
 		var re pb.RaftEntry
 		if err := proto.Unmarshal(body, &re); err != nil {
-			h.n.log.Error("raft entry undecodable", "group", groupName(r.id), "index", index, "err", err)
+			h.n.log.Error("raft entry undecodable", "group", r.name, "index", index, "err", err)
 			r.markStored(index, 0)
 			continue
 		}
@@ -486,7 +513,7 @@ func entryHeader(data []byte) (token, seq uint64, body []byte, ok bool) {
 // again.
 func (r *replica) void(e *rpb.Entry, own, term uint64) {
 	h := r.h
-	h.n.log.Warn("raft entry proposed in an earlier term skipped", "group", groupName(r.id), "index", e.GetIndex(), "proposed_in", term, "committed_in", e.GetTerm())
+	h.n.log.Warn("raft entry proposed in an earlier term skipped", "group", r.name, "index", e.GetIndex(), "proposed_in", term, "committed_in", e.GetTerm())
 	r.markStored(e.GetIndex(), 0)
 	if own == 0 {
 		return
@@ -650,7 +677,7 @@ func (h *raftHost) expire() {
 	h.mu.Unlock()
 	for r, late := range lates {
 		slices.SortFunc(late, cmpID)
-		h.fail(late, unknown(fmt.Errorf("%w: %s: not committed within %s", queue.ErrNotOwned, groupName(r.id), raftProposalTimeout)))
+		h.fail(late, unknown(fmt.Errorf("%w: %s: not committed within %s", queue.ErrNotOwned, r.name, raftProposalTimeout)))
 	}
 }
 
@@ -728,10 +755,10 @@ func (h *raftHost) importCopy(ctx context.Context, id queue.PartitionID, st *que
 	return nil
 }
 
-// inSync returns the in-sync replicas of the group named, when this node
+// inSync returns the in-sync replicas of partition id, when this node
 // leads it.
-func (h *raftHost) inSync(name string) ([]string, bool) {
-	r := h.replica(name)
+func (h *raftHost) inSync(id queue.PartitionID) ([]string, bool) {
+	r := h.replica(id)
 	if r == nil {
 		return nil, false
 	}
@@ -743,8 +770,16 @@ func (h *raftHost) inSync(name string) ([]string, bool) {
 // and stopped sending it anything, the removal included. A leader of
 // its own never closes.
 func (h *raftHost) closeRemoved(id queue.PartitionID, rec Ownership) {
-	r := h.replica(groupName(id))
-	if r == nil || r.g.IsLeader() || rec.Term == 0 || len(rec.Replicas) == 0 {
+	r := h.replica(id)
+	if r == nil {
+		return
+	}
+	if r.name != groupName(id, rec.Incarnation) {
+		h.n.log.Info("raft group of a deleted incarnation of the queue closes here", "group", r.name)
+		r.g.Close()
+		return
+	}
+	if r.g.IsLeader() || rec.Term == 0 || len(rec.Replicas) == 0 {
 		return
 	}
 	h.n.log.Info("no longer a replica of a partition: its raft group closes here", "partition", id.String(), "replicas", rec.Replicas, "learners", rec.Learners)
@@ -760,7 +795,7 @@ func (h *raftHost) checkForgotten() error {
 		defer h.n.mu.Unlock()
 		for id, o := range h.n.view.owners {
 			if slices.Contains(o.Replicas, self) {
-				return groupName(id), true
+				return groupName(id, o.Incarnation), true
 			}
 		}
 		return "", false

@@ -22,9 +22,9 @@ import (
 // answered.
 func TestEntryOfAnotherTermIsVoid(t *testing.T) {
 	n := &Node{log: slog.New(slog.NewTextHandler(io.Discard, nil)), origins: newOrigins()}
-	h := &raftHost{n: n, token: 42, replicas: map[string]*replica{}, proposing: map[*replica]bool{}, partLogs: map[queue.PartitionID]*raftLog{}}
+	h := &raftHost{n: n, token: 42, replicas: map[queue.PartitionID]*replica{}, proposing: map[*replica]bool{}, partLogs: map[queue.PartitionID]*raftLog{}}
 	id := queue.PartitionID{Queue: "orders", Partition: 3}
-	r := &replica{h: h, id: id, inflight: map[uint64]*proposal{}, proposed: map[uint64][]*proposal{}}
+	r := &replica{h: h, id: id, name: groupName(id, 0), inflight: map[uint64]*proposal{}, proposed: map[uint64][]*proposal{}}
 
 	entry := func(index, term, token, seq, madeIn uint64, origin queue.Origin) *rpb.Entry {
 		msg := &queue.Message{Key: "k", Payload: []byte("p"), Offset: 7, Origin: origin}

@@ -38,7 +38,7 @@ func (l *raftLogs) Log(id queue.PartitionID, committed func([]*queue.Message, er
 		return l.Logs.Log(id, committed)
 	}
 	rl := &raftLog{h: l.s.h, id: id, committed: committed,
-		group: groupName(queue.PartitionID{Queue: queue.ParentName(id.Queue), Partition: id.Partition})}
+		group: queue.PartitionID{Queue: queue.ParentName(id.Queue), Partition: id.Partition}}
 	rl.ackLeader.Store(l.s.h.n.ackPolicy(id.Queue) == queue.AckLeader)
 	// The local log under it stores what the group applies; its own
 	// completions are the raft log's business.
@@ -59,7 +59,7 @@ type raftLog struct {
 	id        queue.PartitionID
 	inner     queue.Log
 	committed func([]*queue.Message, error)
-	group     string // the raft group's name, its queue's partition
+	group     queue.PartitionID // the partition whose raft group it writes through: its queue's
 	fence     atomic.Uint64
 	// ackLeader: the queue's ack_policy is leader (kept current by the
 	// node's reconcile loop).
@@ -137,6 +137,9 @@ func (l *raftLog) Read(from, to uint64, max int) ([]*queue.Message, error) {
 }
 
 func (l *raftLog) Bounds() (uint64, uint64, error) { return l.inner.Bounds() }
+
+// Local returns the log of the partition's copy here (queue.LocalLog).
+func (l *raftLog) Local() queue.Log { return l.inner }
 
 func (l *raftLog) Groups() ([]queue.GroupState, error) { return l.inner.Groups() }
 

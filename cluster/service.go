@@ -208,7 +208,7 @@ func (n *Node) waitAndRoute(ctx context.Context, id queue.PartitionID, msg *queu
 // etcd), else the owner the view names.
 func (n *Node) routeTo(id queue.PartitionID) string {
 	if n.raft != nil {
-		if r := n.raft.replica(groupName(queue.PartitionID{Queue: queue.ParentName(id.Queue), Partition: id.Partition})); r != nil && r.g != nil {
+		if r := n.raft.replica(queue.PartitionID{Queue: queue.ParentName(id.Queue), Partition: id.Partition}); r != nil && r.g != nil {
 			if l := r.g.Leader(); l != "" {
 				return l
 			}
@@ -325,11 +325,19 @@ func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (
 			return nil, false, fmt.Errorf("%w: reading queue %q from the cluster: %v", queue.ErrNotOwned, name, err)
 		}
 		decl := o
-		info, _ := json.Marshal(QueueInfo{Partitions: o.Partitions, Declared: &decl})
-		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-		if len(resp.Kvs) > 0 {
+		qi := QueueInfo{Partitions: o.Partitions, Declared: &decl}
+		var cmps []clientv3.Cmp
+		if len(resp.Kvs) == 0 {
+			inc, tomb, err := n.nextIncarnation(ctx, name)
+			if err != nil {
+				return nil, false, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
+			}
+			qi.Incarnation = inc
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), tomb)
+		} else {
 			var have QueueInfo
 			_ = json.Unmarshal(resp.Kvs[0].Value, &have)
+			qi.Incarnation = have.Incarnation
 			if have.Partitions != o.Partitions {
 				return nil, false, fmt.Errorf("%w: queue %q has %d partitions in the cluster, asked for %d",
 					queue.ErrPartitionsChanged, name, have.Partitions, o.Partitions)
@@ -338,9 +346,10 @@ func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (
 				return nil, false, fmt.Errorf("%w: queue %q has %d replicas per partition, asked for %d: a queue keeps one replica or several for its life; declare a new queue and move its consumers to it",
 					ErrReplicationChange, name, was, will)
 			}
-			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision))
 		}
-		tr, err := n.etcd.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(info))).Commit()
+		info, _ := json.Marshal(qi)
+		tr, err := n.etcd.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(info))).Commit()
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
 		}

@@ -239,5 +239,5 @@ func (n *Node) leaderInSync(id queue.PartitionID) ([]string, bool) {
 	if n.raft == nil {
 		return nil, false
 	}
-	return n.raft.inSync(groupName(id))
+	return n.raft.inSync(id)
 }

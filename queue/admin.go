@@ -648,7 +648,12 @@ func (q *Queue) commitLocked(b *Batch) func(context.Context) error {
 		p := q.parts[i]
 		p.log.Append(p.epoch, nil, x, true, func(err error) { errc <- err })
 	}
-	n := len(per)
+	return waitFor(errc, len(per))
+}
+
+// waitFor returns a function that waits for n results on errc and joins
+// their errors.
+func waitFor(errc <-chan error, n int) func(context.Context) error {
 	return func(ctx context.Context) error {
 		var errs []error
 		for range n {
@@ -785,6 +790,37 @@ func (m *Manager) DeclaredAtRuntime() (map[string]bool, error) {
 // the config: with the config's settings; else if auto_create is on). A
 // queue declared in the config file comes back, empty, at the next start.
 func (m *Manager) DeleteQueue(ctx context.Context, name string) error {
+	return m.deleteQueue(ctx, name, false)
+}
+
+// ForgetQueue removes the queue name and its dead-letter queue from this
+// node, as DeleteQueue does, but erases what this node stores of their
+// partitions straight from its local storage (LocalLog), without the
+// partitions' own logs, which may replicate or fence their writes: a
+// cluster deleting the queue everywhere, each node forgetting its copy.
+// ErrNoSuchQueue when this node does not have it.
+func (m *Manager) ForgetQueue(ctx context.Context, name string) error {
+	return m.deleteQueue(ctx, name, true)
+}
+
+// LocalLog is a Log that replicates or fences the writes made through it
+// and keeps the partition's local copy in Local.
+type LocalLog interface {
+	Local() Log
+}
+
+// localOf returns the log holding the partition's copy on this node.
+func localOf(l Log) Log {
+	for {
+		ll, ok := l.(LocalLog)
+		if !ok {
+			return l
+		}
+		l = ll.Local()
+	}
+}
+
+func (m *Manager) deleteQueue(ctx context.Context, name string, local bool) error {
 	if !ValidQueueName(name) {
 		return fmt.Errorf("%w: %q", ErrInvalidName, name)
 	}
@@ -817,8 +853,10 @@ func (m *Manager) DeleteQueue(ctx context.Context, name string) error {
 	var messages uint64
 	var waits []func(context.Context) error
 	for _, x := range []*Queue{q, q.dlq} {
-		n, wait := x.dropLocked(&k)
-		messages += n
+		n, wait := x.dropLocked(&k, local)
+		if x == q {
+			messages = n
+		}
 		waits = append(waits, wait)
 	}
 	k.run()
@@ -830,8 +868,26 @@ func (m *Manager) DeleteQueue(ctx context.Context, name string) error {
 	if err := m.logs.DropQueues(ctx, []string{name, DLQName(name)}); err != nil {
 		return storageError(err)
 	}
-	m.log.Info("queue deleted", "queue", name, "messages", messages)
+	m.log.Info("queue deleted", "queue", name, "messages", messages, "here_only", local)
 	return nil
+}
+
+// eraseLocal submits the erasure of what this node stores of each of the
+// queue's partitions to its local log, fenced so that no write in flight
+// through it lands afterwards, and returns a function that waits for it
+// to be durable (q's locks held).
+func (q *Queue) eraseLocal() func(context.Context) error {
+	errc := make(chan error, len(q.parts))
+	for _, p := range q.parts {
+		l := localOf(p.log)
+		id := PartitionID{Queue: q.name, Partition: p.index}
+		if err := l.Fence(math.MaxUint64); err != nil {
+			errc <- err
+			continue
+		}
+		l.Append(math.MaxUint64, nil, &Batch{Erase: []PartitionID{id}}, true, func(err error) { errc <- err })
+	}
+	return waitFor(errc, len(q.parts))
 }
 
 // dropLocked closes the queue for good and submits the deletion of
@@ -841,7 +897,7 @@ func (m *Manager) DeleteQueue(ctx context.Context, name string) error {
 // queue itself; the name means the caller holds Manager.admin. It returns
 // how many messages the queue held and a function that waits for the
 // deletion to be durable.
-func (q *Queue) dropLocked(k *kicks) (uint64, func(context.Context) error) {
+func (q *Queue) dropLocked(k *kicks, local bool) (uint64, func(context.Context) error) {
 	q.lockAll()
 	defer q.unlockAll()
 	var held uint64
@@ -871,7 +927,12 @@ func (q *Queue) dropLocked(k *kicks) (uint64, func(context.Context) error) {
 		}
 		g.consumers = nil
 	}
-	wait := q.commitLocked(b)
+	var wait func(context.Context) error
+	if local {
+		wait = q.eraseLocal()
+	} else {
+		wait = q.commitLocked(b)
+	}
 	q.closed = true
 	for _, p := range q.parts {
 		p.owned = false // the timer leaves it alone

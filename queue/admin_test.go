@@ -447,3 +447,84 @@ func TestAdminActsOnServedPartitions(t *testing.T) {
 	}
 	h2.mu.Unlock()
 }
+
+// refusingStore's partition logs stand for logs that replicate or fence
+// their writes (a cluster's partitions led by another node): once refuse
+// is set, they refuse every write; their local copy is under them.
+type refusingStore struct {
+	queue.LogStore
+	refuse *atomic.Bool
+}
+
+func (s refusingStore) OpenLogs(o queue.LogOptions) (queue.Logs, error) {
+	logs, err := s.LogStore.OpenLogs(o)
+	return refusingLogs{Logs: logs, refuse: s.refuse}, err
+}
+
+type refusingLogs struct {
+	queue.Logs
+	refuse *atomic.Bool
+}
+
+func (l refusingLogs) Log(id queue.PartitionID, committed func([]*queue.Message, error)) queue.Log {
+	return refusingLog{Log: l.Logs.Log(id, committed), refuse: l.refuse}
+}
+
+type refusingLog struct {
+	queue.Log
+	refuse *atomic.Bool
+}
+
+func (l refusingLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, sync bool, done func(error)) {
+	if l.refuse.Load() {
+		go done(queue.ErrNotOwned)
+		return
+	}
+	l.Log.Append(epoch, msg, state, sync, done)
+}
+
+func (l refusingLog) Local() queue.Log { return l.Log }
+
+// A queue forgotten here (a cluster deleting it everywhere) is erased
+// from this node's local copy even though its partitions' own logs take
+// no write: nothing of it, dead letters included, survives a restart.
+func TestAdminForgetQueueErasesTheLocalCopy(t *testing.T) {
+	store := queuetest.NewMemStore(2)
+	refuse := new(atomic.Bool)
+	m := newManager(t, refusingStore{LogStore: store, refuse: refuse}, nil)
+	ctx := context.Background()
+	deadLetters(t, m, "q", "dead")
+	for _, p := range []string{"a", "b", "c"} {
+		if err := publish(t, m, "q", &queue.Message{Key: "k", Payload: []byte(p), DedupID: "id-" + p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refuse.Store(true)
+	if err := m.ForgetQueue(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if m.Queue("q") != nil || m.Queue(queue.DLQName("q")) != nil {
+		t.Fatal("queue or its dead-letter queue still listed")
+	}
+	if err := m.ForgetQueue(ctx, "q"); !errors.Is(err, queue.ErrNoSuchQueue) {
+		t.Fatalf("second forget: %v, want ErrNoSuchQueue", err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if newManager(t, store.Reopen(), nil).Queue("q") != nil {
+		t.Fatal("forgotten queue back after a restart")
+	}
+	for _, sh := range store.Reopen().Shards() {
+		for _, name := range []string{"q", queue.DLQName("q")} {
+			for p := range queue.DefaultOptions().Partitions {
+				msgs, err := sh.Read(name, p, 0, 1<<20, 10)
+				gs, _ := sh.Groups(name, p)
+				ds, _ := sh.Dedups(name, p)
+				if err != nil || len(msgs) != 0 || len(gs) != 0 || len(ds) != 0 {
+					t.Fatalf("%s/%d keeps %d messages, %d groups, %d dedup-ids (%v)", name, p, len(msgs), len(gs), len(ds), err)
+				}
+			}
+		}
+	}
+}

@@ -127,10 +127,16 @@ var adminCommands = []adminSpec{
 			return call(ctx, a.c, "PUT", "/api/v1/queues/"+a.q(0), settings, a.out, printQueue)
 		}},
 	{name: "queue delete", args: "QUEUE", nargs: 1, short: "delete a queue with its groups and its dead-letter queue",
-		about: "Deletes a queue with every message, its consumer groups and its dead-letter\nqueue; its consumers receive nothing more. Durable when it returns. A\npublish to the name later creates the queue anew, empty; a queue declared\nin the config file is back, empty, at the next start. Needs the token when\nthe node has one.",
+		about: "Deletes a queue with every message, its consumer groups and its dead-letter\nqueue; its consumers receive nothing more. Durable when it returns. A\npublish to the name later creates the queue anew, empty; a queue declared\nin the config file is back, empty, at the next start. In a cluster the\nqueue is deleted from every node, and a node that is down forgets it as\nit starts. Needs the token when the node has one.",
 		run: func(ctx context.Context, a *adminCall) error {
 			return call(ctx, a.c, "DELETE", "/api/v1/queues/"+a.q(0), nil, a.out, func(w io.Writer, r broker.QueueDeleted) {
 				fmt.Fprintf(w, "deleted queue %s with %d messages and %d dead letters\n", r.Queue, r.Messages, r.DeadLetters)
+				if len(r.NodesMissing) > 0 {
+					fmt.Fprintf(w, "not counted (no answer): %s\n", strings.Join(r.NodesMissing, "; "))
+				}
+				if len(r.Pending) > 0 {
+					fmt.Fprintf(w, "not yet forgotten by %s: a node down forgets the queue as it starts\n", strings.Join(r.Pending, ", "))
+				}
 			})
 		}},
 	{name: "group delete", args: "QUEUE GROUP", nargs: 2, short: "delete a consumer group with no consumers",

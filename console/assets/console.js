@@ -677,8 +677,7 @@ function renderFigures(qv) {
       h('span', { class: 'badge', title: 'where the settings come from' }, 'settings: ' + (qv.source || 'defaults')),
       h('span', { class: 'spacer' }),
       h('button', { id: 'purge-queue', class: 'danger', onclick: (ev) => purgeQueue(ev.target, qv) }, 'Purge queue…'),
-      // A queue is deleted on a single node only (the API answers 501 in a cluster).
-      clustered ? null : h('button', { id: 'delete-queue', class: 'danger', onclick: (ev) => deleteQueue(ev.target, qv) }, 'Delete queue…')),
+      h('button', { id: 'delete-queue', class: 'danger', onclick: (ev) => deleteQueue(ev.target, qv) }, 'Delete queue…')),
     h('section', { class: 'cards', id: 'summary' },
       card('Depth', num(qv.depth)),
       card('In /s', rate(r.enqueued)), card('Delivered /s', rate(r.delivered)), card('Acked /s', rate(r.acked)),
@@ -732,7 +731,8 @@ function deleteQueue(button, qv) {
       location.hash = '#/';
       return res;
     },
-    (res) => 'Deleted ' + res.queue + ' with ' + plural(res.messages, 'message') + ' and ' + plural(res.dead_letters, 'dead letter') + '.');
+    (res) => 'Deleted ' + res.queue + ' with ' + plural(res.messages, 'message') + ' and ' + plural(res.dead_letters, 'dead letter') + '.' +
+      (res.pending && res.pending.length ? ' Not yet forgotten by ' + res.pending.join(', ') + ' (a node down forgets it as it starts).' : ''));
 }
 
 // ---- dead letters ----
