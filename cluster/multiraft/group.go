@@ -33,6 +33,9 @@ type Group struct {
 	removed bool
 	// quietSynced: quiesced, and its applied index recorded since.
 	quietSynced bool
+	// hurried is the term in which this follower last campaigned as its
+	// silent leader's successor (quiesce.go: succeed).
+	hurried uint64
 	// hsTerm and hsVote are the term and vote last written to the log.
 	hsTerm, hsVote uint64
 	synced         uint64 // applied index last recorded

@@ -246,12 +246,58 @@ func (h *Host) ping(now time.Time) {
 	if len(silent) == 0 {
 		return
 	}
-	if h.quiesced.Load() == 0 {
-		return
-	}
-	for _, g := range h.all() {
-		if g.quiesced.Load() && !g.leader && silent[g.rn.BasicStatus().Lead] {
-			h.awaken(g)
+	if h.quiesced.Load() > 0 {
+		for _, g := range h.all() {
+			if g.quiesced.Load() && !g.leader && silent[g.rn.BasicStatus().Lead] {
+				h.awaken(g)
+				// Its leader has been silent for an election timeout:
+				// so has its election clock, which stood still while
+				// quiesced (the tick that follows makes it whole). A
+				// follower whose clock runs short refuses to vote.
+				for range h.o.ElectionTicks - 1 {
+					g.rn.Tick()
+				}
+				h.dirty[g] = true
+			}
 		}
 	}
+	for g := range h.awake {
+		h.succeed(g, silent)
+	}
+}
+
+// succeed starts the election of a group whose leader's node has been
+// silent for an election timeout, on one replica: the live voter that
+// scores highest for the group (every host picks the same one when they
+// agree on who is silent). Raft alone would wait out a randomized
+// election timeout of one to two on every replica; the other replicas
+// still do, should the one picked not win. Pre-vote makes a campaign
+// harmless when the leader is alive after all, and the voters' leases
+// (CheckQuorum) refuse it while they still hear from the leader (driver
+// goroutine).
+func (h *Host) succeed(g *Group, silent map[uint64]bool) {
+	if g.leader || g.recovering.Load() {
+		return
+	}
+	st := g.rn.BasicStatus()
+	if st.Lead == 0 || !silent[st.Lead] || g.hurried == st.GetTerm() || !slices.Contains(g.replicas, h.o.NodeID) {
+		return
+	}
+	var best string
+	var bestScore uint64
+	for _, r := range g.replicas {
+		if id := ID(r); id == st.Lead || silent[id] {
+			continue
+		}
+		if sc := ID(g.name + "\x00" + r); best == "" || sc > bestScore {
+			best, bestScore = r, sc
+		}
+	}
+	if best != h.o.NodeID {
+		return
+	}
+	g.hurried = st.GetTerm()
+	h.log.Info("leader silent for an election timeout: campaigning as its successor", "group", g.name, "term", st.GetTerm())
+	_ = g.rn.Campaign()
+	h.dirty[g] = true
 }
