@@ -211,6 +211,7 @@ type Host struct {
 	checkpointN int
 	quiesced    atomic.Int64
 	pinged      map[uint64]string
+	pings       uint64 // ticks counted for pingEvery
 	// peersChanged: a group opened, changed replicas or was dropped since
 	// the nodes pinged were listed (guarded by mu).
 	peersChanged bool
