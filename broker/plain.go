@@ -62,6 +62,15 @@ type plainHook struct {
 	// retained publish.
 	served      sync.Map // client ID -> servedHere
 	retainedIDs sync.Map // client ID -> retainedHere
+	// fanning holds, from OnPublish to OnPublished (or the client's
+	// disconnect), a channel closed once the publish under way of a
+	// client here has reached every subscriber here; delivering is held
+	// for reading while Deliver hands routed publishes to them. mochi
+	// acknowledges a QoS 1 publish before it reaches the subscribers, so
+	// a session taken over by another node waits for both (TakeOver):
+	// otherwise a message its publisher saw acknowledged could miss it.
+	fanning    sync.Map // client ID -> chan struct{}
+	delivering sync.RWMutex
 
 	mu      sync.Mutex
 	subs    map[string]map[string]bool // plain filters subscribed here, by client ID
@@ -413,6 +422,7 @@ func (h *plainHook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 // connection, and tells TakeOver that a client leaving for another node
 // is gone.
 func (h *plainHook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
+	h.fanned(cl.ID)
 	h.mu.Lock()
 	done, moving := h.moved[cl]
 	delete(h.moved, cl)
@@ -479,6 +489,9 @@ func (h *plainHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packe
 	}
 	h.served.Delete(cl.ID)
 	h.retainedIDs.Delete(cl.ID)
+	if old, ok := h.fanning.Swap(cl.ID, make(chan struct{})); ok {
+		close(old.(chan struct{})) // its publish ended without OnPublished
+	}
 	if pk.FixedHeader.Retain && pk.TopicName != "" && !queue.IsQueueTopic(pk.TopicName) && h.server.Options.Capabilities.RetainAvailable != 0 {
 		// Recorded cluster-wide before it is acknowledged (cluster/retained.go).
 		id := h.node.Retain(cluster.PlainMessage{Topic: pk.TopicName, Payload: pk.Payload, QoS: pk.FixedHeader.Qos, Retain: true,
@@ -542,7 +555,34 @@ func (h *plainHook) OnPublished(cl *mqtt.Client, pk packets.Packet) {
 	if h.isRoute(cl) {
 		return
 	}
+	h.fanned(cl.ID)
 	h.route(cl, pk)
+}
+
+// fanned notes that the publish under way of the client has reached
+// every subscriber here, or never will.
+func (h *plainHook) fanned(clientID string) {
+	if ch, ok := h.fanning.LoadAndDelete(clientID); ok {
+		close(ch.(chan struct{}))
+	}
+}
+
+// waitFanned waits until every publish under way here has reached the
+// subscribers here, for up to takeoverTimeout.
+func (h *plainHook) waitFanned() {
+	deadline := time.After(takeoverTimeout)
+	h.fanning.Range(func(_, ch any) bool {
+		select {
+		case <-ch.(chan struct{}):
+			return true
+		case <-deadline:
+			return false
+		}
+	})
+	// A barrier: the deliveries under way are over.
+	h.delivering.Lock()
+	//lint:ignore SA2001 the lock is taken only to wait for the readers
+	h.delivering.Unlock()
 }
 
 // OnWillSent routes a will published here to the other nodes.
@@ -569,6 +609,8 @@ func (h *plainHook) route(cl *mqtt.Client, pk packets.Packet) {
 // another node routed here to the subscribers here, through mochi, as
 // an inline client.
 func (h *plainHook) Deliver(msgs []cluster.PlainMessage) {
+	h.delivering.RLock()
+	defer h.delivering.RUnlock()
 	rc := <-h.routes
 	defer func() { h.routes <- rc }()
 	for i := range msgs {
@@ -741,6 +783,9 @@ func (h *plainHook) TakeOver(clientID, node string) ([]byte, bool) {
 			h.log.Warn("client taken over by another node still attached here", "client", clientID)
 		}
 	}
+	// With the messages acknowledged to their publishers before it was
+	// taken over.
+	h.waitFanned()
 	st.addInflight(cl)
 	h.endSession(cl)
 	data, err := json.Marshal(st)
