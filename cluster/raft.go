@@ -108,8 +108,11 @@ func newRaftHost(n *Node, store RaftStore) *raftHost {
 		NodeID: n.opts.NodeID, Store: store, Transport: h, Logger: n.log,
 		SyncApplied: func() { h.logs.SyncAsync() },
 		Live:        n.liveNode,
-		Nodes:       func() []string { return slices.Collect(maps.Keys(n.knownNodes())) },
-		Tick:        raftTick, ElectionTicks: electionTicks, LogKeep: uint64(n.opts.RaftLogKeep), SyncEvery: raftSyncEvery,
+		// The successor of a silent leader is the replica placement
+		// prefers (balanceLeader): no handover follows the election.
+		Rank:  func(group, node string) uint64 { return score(node, groupPartition(group)) },
+		Nodes: func() []string { return slices.Collect(maps.Keys(n.knownNodes())) },
+		Tick:  raftTick, ElectionTicks: electionTicks, LogKeep: uint64(n.opts.RaftLogKeep), SyncEvery: raftSyncEvery,
 		Observer: multiraft.Observer{
 			LogWrite:      func(d time.Duration) { m.logWrite.Observe(d.Seconds()) },
 			LeaderChanged: func(string, bool) { m.elections.Inc() },

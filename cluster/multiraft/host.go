@@ -139,6 +139,10 @@ type Options struct {
 	// group only by its raft id (restored from the log, or in a snapshot)
 	// is named from them.
 	Nodes func() []string
+	// Rank weighs node as the leader of group: when a leader's node goes
+	// silent, the live voter of highest rank campaigns first (quiesce.go:
+	// succeed). nil: a hash of both, which spreads the groups.
+	Rank func(group, node string) uint64
 
 	// Fine tuning.
 	Tick          time.Duration // default 100ms
@@ -236,6 +240,9 @@ type inbound struct {
 func New(o Options) *Host {
 	if o.Tick <= 0 {
 		o.Tick = 100 * time.Millisecond
+	}
+	if o.Rank == nil {
+		o.Rank = func(group, node string) uint64 { return ID(group + "\x00" + node) }
 	}
 	if o.ElectionTicks <= 0 {
 		o.ElectionTicks = 10

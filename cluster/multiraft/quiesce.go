@@ -274,8 +274,8 @@ func (h *Host) ping(now time.Time) {
 
 // succeed starts the election of a group whose leader's node has been
 // silent for an election timeout, on one replica: the live voter that
-// scores highest for the group (every host picks the same one when they
-// agree on who is silent). Raft alone would wait out a randomized
+// ranks highest for the group (Options.Rank; every host picks the same
+// one when they agree on who is silent). Raft alone would wait out a randomized
 // election timeout of one to two on every replica; the other replicas
 // still do, should the one picked not win. Pre-vote makes a campaign
 // harmless when the leader is alive after all, and the voters' leases
@@ -295,7 +295,7 @@ func (h *Host) succeed(g *Group, silent map[uint64]bool) {
 		if id := ID(r); id == st.Lead || silent[id] {
 			continue
 		}
-		if sc := ID(g.name + "\x00" + r); best == "" || sc > bestScore {
+		if sc := h.o.Rank(g.name, r); best == "" || sc > bestScore {
 			best, bestScore = r, sc
 		}
 	}
