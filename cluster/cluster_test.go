@@ -635,24 +635,11 @@ func TestDeclareAcrossNodes(t *testing.T) {
 	}
 	// Deleted through b, it is gone from a too, its declared settings
 	// with it.
-	req, _ = http.NewRequest(http.MethodDelete, "http://"+b.http+"/api/v1/queues/decl", nil)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	if status, body := c.call("b", http.MethodDelete, "/api/v1/queues/decl", ""); status != http.StatusOK {
+		t.Fatalf("queue delete in a cluster: %d %s", status, body)
 	}
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("queue delete in a cluster: %d %s", resp.StatusCode, body)
-	}
-	resp, err = http.Get("http://" + a.http + "/api/v1/queues/decl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("GET through a after the delete: %d %s", resp.StatusCode, body)
+	if status, body := c.call("a", http.MethodGet, "/api/v1/queues/decl", ""); status != http.StatusNotFound {
+		t.Errorf("GET through a after the delete: %d %s", status, body)
 	}
 }
 

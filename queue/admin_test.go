@@ -260,17 +260,21 @@ func TestAdminDeleteQueueTakesGroupsDLQAndData(t *testing.T) {
 	if m2.Queue("q") != nil {
 		t.Fatal("deleted queue back after a restart")
 	}
+	checkErased(t, store, "q")
+}
+
+// checkErased fails t if the store holds anything of queue name or of its
+// dead-letter queue: messages, group states or dedup-ids.
+func checkErased(t *testing.T, store *queuetest.MemStore, name string) {
+	t.Helper()
 	for _, sh := range store.Reopen().Shards() {
-		for _, name := range []string{"q", queue.DLQName("q")} {
+		for _, q := range []string{name, queue.DLQName(name)} {
 			for p := range queue.DefaultOptions().Partitions {
-				msgs, err := sh.Read(name, p, 0, 1<<20, 10)
-				if err != nil || len(msgs) != 0 {
-					t.Fatalf("%s/%d holds %d messages after the delete (%v)", name, p, len(msgs), err)
-				}
-				gs, _ := sh.Groups(name, p)
-				ds, _ := sh.Dedups(name, p)
-				if len(gs) != 0 || len(ds) != 0 {
-					t.Fatalf("%s/%d keeps %d groups, %d dedup-ids", name, p, len(gs), len(ds))
+				msgs, err := sh.Read(q, p, 0, 1<<20, 10)
+				gs, _ := sh.Groups(q, p)
+				ds, _ := sh.Dedups(q, p)
+				if err != nil || len(msgs) != 0 || len(gs) != 0 || len(ds) != 0 {
+					t.Fatalf("%s/%d keeps %d messages, %d groups, %d dedup-ids (%v)", q, p, len(msgs), len(gs), len(ds), err)
 				}
 			}
 		}
@@ -515,16 +519,5 @@ func TestAdminForgetQueueErasesTheLocalCopy(t *testing.T) {
 	if newManager(t, store.Reopen(), nil).Queue("q") != nil {
 		t.Fatal("forgotten queue back after a restart")
 	}
-	for _, sh := range store.Reopen().Shards() {
-		for _, name := range []string{"q", queue.DLQName("q")} {
-			for p := range queue.DefaultOptions().Partitions {
-				msgs, err := sh.Read(name, p, 0, 1<<20, 10)
-				gs, _ := sh.Groups(name, p)
-				ds, _ := sh.Dedups(name, p)
-				if err != nil || len(msgs) != 0 || len(gs) != 0 || len(ds) != 0 {
-					t.Fatalf("%s/%d keeps %d messages, %d groups, %d dedup-ids (%v)", name, p, len(msgs), len(gs), len(ds), err)
-				}
-			}
-		}
-	}
+	checkErased(t, store, "q")
 }
