@@ -367,6 +367,9 @@ func checkLog(r *logReader) (logCheck, *logDamage, error) {
 // judgeStop decides what the entry at off that did not read back is: the
 // start of a write cut short, with zeros after it, or damage.
 func (r *logReader) judgeStop(res *logCheck, off int64, h entryHead, why string) (*logDamage, error) {
+	if cut, err := r.cutBeforeHead(off); err != nil || cut {
+		return nil, errors.Join(err, r.tornAfter(res))
+	}
 	// A write cut short leaves at most what its header says the entry
 	// holds, and zeros where it did not get to: an entry that ends in a
 	// nonzero byte was written to its end. A header that does not decode
@@ -413,6 +416,29 @@ func (r *logReader) judgeStop(res *logCheck, off int64, h entryHead, why string)
 	}
 	why += fmt.Sprintf("; Badger would cut the file at offset %d and drop the %d bytes after it", res.kept, last+1-res.kept)
 	return &logDamage{off, why}, nil
+}
+
+// cutBeforeHead reports whether the entry at off is a copy cut short
+// before its first bytes were written. Go copies more than 256 bytes into
+// the mapped file in this order (runtime memmove, avxUnaligned): from the
+// first 32-byte boundary after the entry's start up to its last 128
+// bytes, then its first 32 bytes, then its last 128. A process killed
+// during that copy leaves zeros from the entry's start to that boundary,
+// its header among them, and the entry's data from the boundary on,
+// nonzero within its first 128 bytes (the key starts there); and since the
+// log is written in order, no entry after it reads back. In a memtable
+// log every entry has a nonzero first byte (a transaction bit of its
+// meta), so those zeros never start a whole entry; in the value log, where
+// Badger clears those bits, what is cut is checked through the memtable
+// logs' pointers into it (checkPointer).
+func (r *logReader) cutBeforeHead(off int64) (bool, error) {
+	boundary := off | 31 + 1
+	nz, err := r.firstNonzero(off, r.size)
+	if err != nil || nz < boundary || nz >= boundary+128 {
+		return false, err
+	}
+	resume, err := r.resync(off+1, min(off+resyncReach, r.size))
+	return err == nil && resume < 0, err
 }
 
 // tornAfter sets res.torn when anything but zeros follows res.kept.

@@ -144,6 +144,24 @@ func TestCheckLog(t *testing.T) {
 		{"last entry cut short", cutLast(40, func(offs []int64) int64 { return offs[2] + 20 }, 1<<16)},
 		{"last entry cut inside its header", cutLast(300, func(offs []int64) int64 { return offs[0] + 3 }, 1<<16)},
 		{"file cut inside the last entry", cutLast(40, func(offs []int64) int64 { return offs[1] + 10 }, 0)},
+		{"last entry cut before its head was written", func(l *logBuilder) ([]byte, want) {
+			// Go's copy of a long entry writes from the first 32-byte
+			// boundary after its start on, then its start, then its end.
+			l.txn(3, 40)
+			kept := int64(len(l.b))
+			offs := l.txn(3, 600)
+			cut := offs[1]
+			boundary := cut | 31 + 1
+			clear(l.b[cut:boundary])
+			l.b = l.b[:boundary+200]
+			return l.file(1 << 16), want{kept: kept, torn: true, damage: -1}
+		}},
+		{"zeros at an entry's start, entries after it", func(l *logBuilder) ([]byte, want) {
+			offs := l.txns10()
+			bad := offs[13]
+			clear(l.b[bad : bad|31+1])
+			return l.file(1 << 16), want{damage: bad, cause: "entries that read back follow"}
+		}},
 		{"checksum mismatch in the middle", func(l *logBuilder) ([]byte, want) {
 			offs := l.txns10()
 			bad := offs[13]
