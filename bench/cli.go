@@ -206,6 +206,7 @@ func parseArgs(args []string, stderr io.Writer) (cliOptions, error) {
 	fs.IntVar(&opts.vsPID, "vs-pid", 0, "`PID` of the --vs broker")
 	fs.DurationVar(&cfg.AckInterval, "ack-interval", cfg.AckInterval, "how often consumers flush PUBACKs")
 	receiveMax := fs.Uint("receive-max", 0, "consumers' Receive Maximum (0: not sent)")
+	fs.StringVar(&cfg.ConsumerClient, "consumer-client", ClientLean, "consumers' MQTT client: "+ClientLean+" (MQTT 5, this package's) or "+ClientPaho311+" (paho.mqtt.golang, MQTT 3.1.1)")
 	fs.StringVar(&opts.cpuProfile, "cpuprofile", "", "write the load generator's CPU profile to `FILE`")
 	fs.StringVar(&cfg.RunID, "run-id", "", "topic and client id suffix (default random per run)")
 

@@ -90,6 +90,11 @@ type Config struct {
 	// ReceiveMaximum is the consumers' v5 Receive Maximum; 0 leaves it out
 	// (65535).
 	ReceiveMaximum uint16 `yaml:"receive_maximum"`
+	// ConsumerClient is the MQTT client the consumers use: ClientLean (the
+	// default, a minimal MQTT 5 client of this package) or ClientPaho311
+	// (paho.mqtt.golang speaking MQTT 3.1.1, as many applications do: no
+	// Receive Maximum, one PUBACK per message as its handler returns).
+	ConsumerClient string `yaml:"consumer_client"`
 	// BrokerPID, when not 0, is the broker's process id: its resident set
 	// size is read from /proc and reported.
 	BrokerPID int `yaml:"broker_pid"`
@@ -170,6 +175,10 @@ func (c Config) Validate() error {
 		return bad("drain %v: want more than 0", c.Drain)
 	case c.ConnectTimeout <= 0:
 		return bad("connect timeout %v: want more than 0", c.ConnectTimeout)
+	case c.ConsumerClient != "" && c.ConsumerClient != ClientLean && c.ConsumerClient != ClientPaho311:
+		return bad("consumer client %q: want %s or %s", c.ConsumerClient, ClientLean, ClientPaho311)
+	case c.ConsumerClient == ClientPaho311 && c.QoS == 2:
+		return bad("consumer client %s: QoS 2 is not measured with it; use qos 0 or 1", ClientPaho311)
 	case c.AckInterval <= 0:
 		return bad("ack interval %v: want more than 0", c.AckInterval)
 	case c.Progress != nil && c.ProgressInterval <= 0:

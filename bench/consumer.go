@@ -18,6 +18,7 @@ type consumer struct {
 	id     int
 	client *paho.Client  // QoS 2
 	wire   *wireConsumer // QoS 0 and 1
+	paho3  *paho311Consumer
 	ledger *Ledger
 	meter  *meter
 	err    atomic.Pointer[error]
@@ -29,6 +30,14 @@ type consumer struct {
 func dialConsumer(ctx context.Context, cfg *Config, id int, run, filter string, l *Ledger, m *meter) (*consumer, error) {
 	c := &consumer{id: id, ledger: l, meter: m}
 	clientID := fmt.Sprintf("bench-%s-c%d", run, id)
+	if cfg.ConsumerClient == ClientPaho311 {
+		p, err := dialPaho311(ctx, cfg, cfg.consumerAddr(id), clientID, filter, c.record)
+		if err != nil {
+			return nil, fmt.Errorf("consumer %d: %w", id, err)
+		}
+		c.paho3 = p
+		return c, nil
+	}
 	if cfg.QoS < 2 {
 		dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 		defer cancel()
@@ -114,6 +123,12 @@ func (c *consumer) fail(err error) {
 
 // lostErr is the connection error, or nil while the connection is up.
 func (c *consumer) lostErr() error {
+	if c.paho3 != nil {
+		if err := c.paho3.lost.Load(); err != nil {
+			return fmt.Errorf("consumer %d: %w: %w", c.id, ErrConnectionLost, *err)
+		}
+		return nil
+	}
 	if c.wire != nil {
 		select {
 		case <-c.wire.done:
@@ -134,6 +149,10 @@ func (c *consumer) lostErr() error {
 }
 
 func (c *consumer) close() {
+	if c.paho3 != nil {
+		c.paho3.client.Disconnect(250)
+		return
+	}
 	if c.wire != nil {
 		c.wire.close()
 		return

@@ -209,6 +209,20 @@ func TestRunAccountingAgainstFaultyBroker(t *testing.T) {
 			want: want{missing: 2, status: StatusLoss, missingSample: []string{"p0#50", "p0#150"}},
 		},
 		{
+			name: "paho.mqtt.golang 3.1.1 consumer with a loss and a duplicate",
+			hook: &faultHook{drop: seqMod(100, 50), dup: seqMod(100, 20)},
+			tune: func(c *Config) { c.ConsumerClient = ClientPaho311 },
+			want: want{missing: 2, duplicates: 2, status: StatusLoss, missingSample: []string{"p0#50", "p0#150"}},
+		},
+		{
+			name: "paho.mqtt.golang 3.1.1 consumers of a queue's shared group",
+			hook: &faultHook{},
+			tune: func(c *Config) {
+				c.Scenario, c.Consumers, c.Producers, c.Keys, c.ConsumerClient = ScenarioCycle, 2, 2, 8, ClientPaho311
+			},
+			want: want{reordered: anyOrder, status: StatusOK},
+		},
+		{
 			// mochi spreads a shared group's messages over its members
 			// regardless of key: order is not checked here.
 			name: "cycle with a shared group of two",

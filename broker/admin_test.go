@@ -429,7 +429,7 @@ func TestAdminDeclareQueue(t *testing.T) {
 
 	v := get[broker.QueueView](t, b, "PUT", put, adminToken, body, http.StatusCreated)
 	if v.Source != "api" || v.Settings.Partitions != 3 || v.Settings.AckTimeout != broker.Duration(2*time.Second) ||
-		v.Settings.Ordering != queue.OrderNone || v.Settings.Prefetch != 64 {
+		v.Settings.Ordering != queue.OrderNone || v.Settings.Prefetch != queue.DefaultOptions().Prefetch {
 		t.Fatalf("declared: %+v", v.Settings)
 	}
 	if rc := prod.publish("$queue/billing", []byte("x")); rc != 0 {

@@ -101,7 +101,7 @@ func TestClientsListAndDisconnect(t *testing.T) {
 	if len(l.Clients) != 2 || l.Clients[0].ID != "worker-1" || l.Clients[1].ID != "worker-2" {
 		t.Fatalf("consumers of jobs: %+v", l.Clients)
 	}
-	if c := l.Clients[1].Consumers; len(c) != 1 || c[0].Prefetch != 64 || c[0].Leased != 0 {
+	if c := l.Clients[1].Consumers; len(c) != 1 || c[0].Prefetch != queue.DefaultOptions().Prefetch || c[0].Leased != 0 {
 		t.Errorf("worker-2 takes the queue's prefetch, holds nothing: %+v", c)
 	}
 	if status, _ := call(t, b, http.MethodGet, "/api/v1/queues/nothing/consumers", adminToken, ""); status != http.StatusNotFound {

@@ -201,7 +201,7 @@ queues:
     max_deliveries: 5
     retry_backoff: 1s
     retry_backoff_max: 5m
-    prefetch: 64
+    prefetch: 1024
     durability: fsync  # fsync | async
     max_age: 168h
     max_messages: 0    # 0: no limit

@@ -61,7 +61,7 @@
 //	    max_deliveries: 5
 //	    retry_backoff: 1s
 //	    retry_backoff_max: 5m
-//	    prefetch: 64
+//	    prefetch: 1024
 //	    durability: fsync   # fsync | async
 //	    qos0: allow         # allow | refuse: subscriptions at QoS 0
 //	    max_age: 168h

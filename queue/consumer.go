@@ -145,8 +145,9 @@ type Consumer struct {
 	q          *Queue
 	g          *group
 	r          Receiver
-	credit     atomic.Int64 // deliveries it may still be sent (prefetch)
-	closed     bool         // written with every lock of the queue held
+	credit     atomic.Int64 // deliveries it may still be sent (its window)
+	window     *window
+	closed     bool // written with every lock of the queue held
 	explicit   bool
 	partitions []int // claimed by name; empty: any the group gives it
 	shared     *Credit
@@ -161,6 +162,9 @@ func (c *Consumer) take(g *group) bool {
 			return false
 		}
 		if c.credit.CompareAndSwap(n, n-1) {
+			if n == 1 {
+				c.window.full.Store(true)
+			}
 			break
 		}
 	}
@@ -170,6 +174,22 @@ func (c *Consumer) take(g *group) bool {
 	}
 	return true
 }
+
+// resize adds d, a change of the consumer's window, to its credit; the
+// group may deliver more (k) when it grew.
+func (c *Consumer) resize(d int64, k *kicks) {
+	if d == 0 || c.closed {
+		return
+	}
+	c.credit.Add(d)
+	if d > 0 {
+		k.add(c.g)
+	}
+}
+
+// Window returns how many unsettled deliveries the consumer may hold now:
+// it adapts between InitialWindow and its prefetch (see window).
+func (c *Consumer) Window() int { return c.window.Size() }
 
 // giveBack returns a credit taken for a delivery that did not happen.
 func (c *Consumer) giveBack() {
@@ -242,6 +262,7 @@ type Lease struct {
 	deliveries uint32
 	released   uint32 // of deliveries, those given back by Release
 	deadline   time.Time
+	at         time.Time // delivered
 	seq        uint64
 	// active: the lease holds the message. slot: the delivery still counts
 	// against the consumer's credit (until its PUBACK arrives; for an

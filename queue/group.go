@@ -382,7 +382,7 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior, release
 	q := g.q
 	cur.p.seq++
 	l := &Lease{cur: cur, consumer: c, m: m, deliveries: prior + 1, released: released, seq: cur.p.seq,
-		deadline: now.Add(q.opts.AckTimeout), active: true, slot: true, explicit: c.explicit}
+		deadline: now.Add(q.opts.AckTimeout), at: now, active: true, slot: true, explicit: c.explicit}
 	heap.Push(&cur.p.leases, l)
 	cur.p.wantTickLocked()
 	cur.leased++

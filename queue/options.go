@@ -92,7 +92,7 @@ func DefaultOptions() Options {
 		Ordering:        OrderKey,
 		AckTimeout:      30 * time.Second,
 		MaxDeliveries:   5,
-		Prefetch:        64,
+		Prefetch:        1024,
 		Durability:      DurabilityFsync,
 		QoS0:            QoS0Allow,
 		MaxAge:          168 * time.Hour,

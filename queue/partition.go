@@ -191,6 +191,7 @@ func (p *partition) tick(now time.Time, retain bool) (busy bool) {
 		l := p.leases[0]
 		q.stats.LeasesLost.Add(1)
 		l.cur.g.stats.LeasesLost.Add(1)
+		l.consumer.resize(l.consumer.window.leaseLost(), &k)
 		p.releaseLocked(l, &b, now)
 		if l.explicit && l.received && l.slot {
 			p.freeSlotLocked(l, true, &k)

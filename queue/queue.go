@@ -266,8 +266,9 @@ func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consume
 		return nil, err
 	}
 	g := q.groupLocked(group)
-	c := &Consumer{q: q, g: g, r: r, explicit: o.Explicit, partitions: slices.Clone(o.Partitions), shared: o.Credit}
-	c.credit.Store(int64(prefetch))
+	c := &Consumer{q: q, g: g, r: r, explicit: o.Explicit, partitions: slices.Clone(o.Partitions), shared: o.Credit,
+		window: newWindow(prefetch)}
+	c.credit.Store(int64(c.window.Size()))
 	g.addConsumer(c)
 	q.dispatchAllLocked(q.m.now())
 	return c, nil
@@ -319,6 +320,9 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 	now := q.m.now()
 	if l.slot {
 		p.freeSlotLocked(l, o != Returned, &k)
+		if o != Returned && o != Unsent {
+			l.consumer.resize(l.consumer.window.settledAfter(now.Sub(l.at)), &k)
+		}
 	}
 	if !l.active {
 		p.mu.Unlock()

@@ -6,11 +6,14 @@
 # It builds bin/shardq and bin/mochi, starts on 127.0.0.1:
 #   shardq-none  bin/shardq serve, queues with ordering: none, prefetch 1024
 #   shardq-key   bin/shardq serve, queues with ordering: key, prefetch 1024
+#   shardq-default  bin/shardq serve with no config: every queue default
 #   mochi        bin/mochi, vanilla mochi (bench/mochi)
 #   mosquitto    mosquitto with a config of its own, if `mosquitto` is found
 # then runs `shardq bench pubsub` against mochi and mosquitto and
 # `shardq bench cycle` against both shardq nodes (the key node with 64 and
-# with 10,000 keys), every run once per round, for ROUNDS rounds; then
+# with 10,000 keys), and the defaults' cycle with a paho.mqtt.golang 3.1.1
+# consumer against mochi's pubsub with the same consumer, every run once
+# per round, for ROUNDS rounds; then
 # shardq-none once more at half its median rate (PUBACK latency below
 # saturation); then, each on a fresh node, 10,000 idle queues with one
 # message each (bench/queuesprobe: the node's RSS) and the restart of a
@@ -170,7 +173,12 @@ free_port
 start shardq-key bin/shardq serve --config "$work/shardq-key.yaml" --data-dir "$work/data-key" \
 	--mqtt "127.0.0.1:$REPLY" --ws "" --http "" --node-id bench-key
 free_port
-start mochi bin/mochi --addr "127.0.0.1:$REPLY"
+start shardq-default bin/shardq serve --data-dir "$work/data-default" \
+	--mqtt "127.0.0.1:$REPLY" --ws "" --http "" --node-id bench-default
+free_port
+# A 3.1.1 subscriber has no Receive Maximum: mochi queues what it has for
+# it up to --client-queue, and drops messages past it (QoS 1 too).
+start mochi bin/mochi --addr "127.0.0.1:$REPLY" --client-queue 65535
 if [[ -n $mosquitto_bin ]]; then
 	free_port
 	cat >"$work/mosquitto.conf" <<EOF
@@ -189,7 +197,7 @@ EOF
 else
 	echo "  mosquitto is not installed: measuring shardq and mochi only"
 fi
-for name in shardq-none shardq-key mochi mosquitto; do
+for name in shardq-none shardq-key shardq-default mochi mosquitto; do
 	[[ -n ${pid[$name]:-} ]] && wait_up "$name"
 done
 
@@ -200,6 +208,9 @@ runs=(
 	"shardq-none shardq-none cycle --receive-max 1024"
 	"shardq-key shardq-key cycle --receive-max 1024 --keys 64 --ordering-check"
 	"shardq-key10k shardq-key cycle --receive-max 1024 --keys 10000 --ordering-check"
+	"mochi-311 mochi pubsub --consumer-client paho311"
+	"shardq-default-311 shardq-default cycle --consumer-client paho311 --keys 10000 --ordering-check"
+	"shardq-default-311-64keys shardq-default cycle --consumer-client paho311 --ordering-check"
 )
 failed=()
 results=()
@@ -306,7 +317,7 @@ fi
 report_args=(
 	-o "$OUT" -fsync "$work/fsync.json" -fs "$fs_type" -commit "$commit"
 	-duration "$DURATION" -warmup "$WARMUP"
-	-run "mochi=vanilla mochi-mqtt/server $mochi_version (bench/mochi: no hooks, allow-all auth), \`pubsub\`: a plain topic at QoS 1, in memory"
+	-run "mochi=vanilla mochi-mqtt/server $mochi_version (bench/mochi: no hooks, allow-all auth; \`--client-queue 65535\` so that it does not drop messages to a 3.1.1 subscriber), \`pubsub\`: a plain topic at QoS 1, in memory"
 )
 if [[ -n ${pid[mosquitto]:-} ]]; then
 	mosquitto_version=$({ "$mosquitto_bin" -h 2>&1 || true; } | sed -n 's/^mosquitto version //p' | head -n 1)
@@ -324,6 +335,13 @@ fi
 if [[ -n ${pid[mosquitto]:-} ]]; then
 	report_args+=(-ratio shardq-none/mosquitto@1)
 fi
+report_args+=(
+	-run "mochi-311=\`mochi\` with the consumer on paho.mqtt.golang at MQTT 3.1.1 (\`--consumer-client paho311\`)"
+	-run "shardq-default-311=shardq with every queue setting at its default (\`ordering: key\`, \`prefetch: 1024\` with the adaptive window, \`durability: fsync\`), the consumer on paho.mqtt.golang at MQTT 3.1.1, 10,000 keys, per-key order checked"
+	-run "shardq-default-311-64keys=the same with 64 keys: one unsettled message per key caps it at 64 per round trip"
+	-ratio shardq-default-311/mochi-311@1
+	-ratio shardq-default-311-64keys/mochi-311
+)
 report_args+=(-ratio shardq-key10k/shardq-none@0.8 -ratio shardq-key/mochi)
 if [[ -n ${pid[mosquitto]:-} ]]; then
 	report_args+=(-ratio shardq-key/mosquitto)
@@ -339,7 +357,7 @@ if [[ -n ${pid[mosquitto]:-} ]]; then
 	report_args+=(-attach "mosquitto, \`-c\` (the port changes from run to run)=$work/mosquitto.conf")
 fi
 
-report_args+=(-note "**Clients:** producers are paho.golang clients; consumers use the load generator's own MQTT 5 client (\`bench/wire.go\`: CONNECT, SUBSCRIBE, PUBLISH in, PUBACKs batched every millisecond), the same for every broker, because paho.golang's decoding of string properties cost the generator more CPU per delivery than the broker under test spent, on the cores they share.")
+report_args+=(-note "**Clients:** producers are paho.golang clients; consumers use the load generator's own MQTT 5 client (\`bench/wire.go\`: CONNECT, SUBSCRIBE, PUBLISH in, PUBACKs batched every millisecond), the same for every broker (the \`-311\` runs: paho.mqtt.golang at MQTT 3.1.1, acknowledging each message as its handler returns), because paho.golang's decoding of string properties cost the generator more CPU per delivery than the broker under test spent, on the cores they share.")
 [[ -n $idle_note ]] && report_args+=(-note "$idle_note")
 [[ -n $restart_note ]] && report_args+=(-note "$restart_note")
 

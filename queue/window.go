@@ -1,0 +1,84 @@
+package queue
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// InitialWindow is how many unsettled deliveries a consumer may hold when
+// it subscribes (or fewer, when its prefetch is smaller).
+const InitialWindow = 64
+
+// PromptSettle is how soon after its delivery a message must be settled
+// for the settlement to count as prompt: a consumer's window grows only
+// while it settles every message of a window promptly.
+const PromptSettle = time.Second
+
+// window is a consumer's adaptive credit: how many unsettled deliveries it
+// may hold, between InitialWindow and its prefetch. A consumer that used
+// its whole window and settled each of a window's messages within
+// PromptSettle of its delivery gets a window twice as large (slow start);
+// one that settles most of a window's messages later than that gets half
+// (never below the initial one), and one that lets a lease run out starts
+// over. So a fast consumer is sent enough to cover the round trip of its
+// PUBACKs at full speed, while a slow one holds about a second of its own
+// work and leaves the rest of the group's messages to the others.
+type window struct {
+	mu      sync.Mutex
+	size    int64 // current window
+	initial int64
+	max     int64 // prefetch
+	settled int64 // settlements since the window last changed
+	slow    int64 // of them, not prompt
+	// full is set when a delivery took the consumer's last credit: only
+	// a consumer that uses its whole window may need a larger one.
+	full atomic.Bool
+}
+
+func newWindow(prefetch int) *window {
+	n := int64(min(prefetch, InitialWindow))
+	return &window{size: n, initial: n, max: int64(prefetch)}
+}
+
+// settledAfter counts one settlement made held after its delivery. It
+// returns by how much the window changed: the caller adds it to the
+// consumer's credit.
+func (w *window) settledAfter(held time.Duration) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.settled++
+	if held > PromptSettle {
+		w.slow++
+	}
+	if w.settled < w.size {
+		return 0
+	}
+	var d int64
+	switch {
+	case w.slow == 0 && w.full.Load():
+		d = min(w.size, w.max-w.size)
+	case w.slow > w.settled/2:
+		d = max(w.initial, w.size/2) - w.size
+	}
+	w.size += d
+	w.settled, w.slow = 0, 0
+	w.full.Store(false)
+	return d
+}
+
+// leaseLost starts the window over: the consumer let a lease run out.
+func (w *window) leaseLost() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.initial - w.size
+	w.size, w.settled, w.slow = w.initial, 0, 0
+	return d
+}
+
+// Size returns the current window.
+func (w *window) Size() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return int(w.size)
+}
