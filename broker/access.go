@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -224,10 +226,17 @@ func (h *accessHook) admit(cl *mqtt.Client, queueName string) error {
 }
 
 // OnACLCheck checks a publish to a plain topic (queue publishes are the
-// queue hook's, through admit) and keeps mqtt.deny_subscribe out. A
+// queue hook's, through admit), keeps mqtt.deny_subscribe out, and drops
+// the plain messages for a client that does not read (stalled). A
 // subscription's ACL was checked in OnSubscribe.
 func (h *accessHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if !write {
+		if tc, ok := cl.Net.Conn.(*trackedConn); ok && tc.writeSince.Load() != 0 && tc.stalled(time.Now()) {
+			// mochi asks before it takes the client's lock, which the
+			// blocked write holds: the publisher does not wait for it.
+			atomic.AddInt64(&h.b.server.Info.MessagesDropped, 1)
+			return false
+		}
 		return !h.deny[topic]
 	}
 	if strings.HasPrefix(topic, queue.TopicPrefix) {

@@ -150,7 +150,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	log.Info("storage recovered", "data_dir", cfg.DataDir, "shards", cfg.Storage.Shards,
 		"queues", len(b.manager.Queues())/2, "took", time.Since(start).Round(time.Millisecond))
 
-	b.server = newMQTTServer(log, cfg.EffectiveMaxPacketSize())
+	b.server = newMQTTServer(log, cfg.EffectiveMaxPacketSize(), cfg.Protocol.MaxQueuedMessages)
 	b.queues = &limitedQueues{Manager: b.manager, svc: b.service(), cfg: cfg, sec: b.sec, admit: b.disk.admit}
 	b.access = newAccessHook(b)
 	b.hook = hooks.New(hooks.Options{Queues: b.queues, Server: b.server, Logger: log,
@@ -202,9 +202,17 @@ func anyAsync(cfg *config.Config) bool {
 // suite, no expiry stamped on messages that have none, and the packet size
 // limit of mqtt.max_packet_size (by default just above the payload limit,
 // so an oversized queue payload still gets its 0x95 PUBACK rather than a
-// disconnect).
-func newMQTTServer(log *slog.Logger, maxPacketSize int) *mqtt.Server {
+// disconnect), and mqtt.max_queued_messages as both of mochi's bounds on
+// what it holds for one client (messages waiting for its connection, QoS
+// 1 and 2 messages unacknowledged): past either mochi drops the message
+// for that client. mochi's default of 8,192 each lets a client that stops
+// reading cost that many messages, and each later QoS 1 message for it a
+// search through its packet ids under its lock, which every publisher to
+// its topics waits for (publishers to such a topic fell to 200 msgs/s).
+func newMQTTServer(log *slog.Logger, maxPacketSize, maxQueued int) *mqtt.Server {
 	caps := mqtt.NewDefaultServerCapabilities()
+	caps.MaximumClientWritesPending = int32(maxQueued)
+	caps.MaximumInflight = uint16(maxQueued)
 	caps.MaximumMessageExpiryInterval = 0
 	caps.ReceiveMaximum = 256
 	caps.MaximumPacketSize = uint32(maxPacketSize)
@@ -287,6 +295,7 @@ func (b *Broker) Serve() error {
 		return err
 	}
 	b.ready.Store(true)
+	go b.cutStuckWrites()
 	console := ""
 	if b.httpLn != nil {
 		scheme := "http"
@@ -300,6 +309,30 @@ func (b *Broker) Serve() error {
 		"users", b.policy.Load().users.Len(), "acl_rules", b.policy.Load().acl.Len(), "anonymous", b.policy.Load().anonymous)
 	<-b.done
 	return ErrServerClosed
+}
+
+// cutStuckWrites closes, until Shutdown, every MQTT connection whose
+// write has been blocked for mqtt.write_timeout: mochi holds a client's
+// lock while it writes to it, and every publisher with a QoS 1 message
+// for that client waits for the lock (those that come after the first
+// second of the block drop the message instead: accessHook.OnACLCheck).
+func (b *Broker) cutStuckWrites() {
+	timeout := b.cfg.Protocol.WriteTimeout
+	t := time.NewTicker(min(timeout/4, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-b.done:
+			return
+		case now := <-t.C:
+			for _, l := range b.listeners {
+				for _, remote := range l.cutStuck(now, timeout) {
+					b.log.Warn("closed a connection whose client has not read what it was sent for mqtt.write_timeout",
+						"remote", remote, "write_timeout", timeout)
+				}
+			}
+		}
+	}
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.

@@ -51,9 +51,13 @@ type ClientView struct {
 	CleanStart  bool   `json:"clean_start"`
 	// SessionExpiry is the v5 Session Expiry Interval in seconds (0: the
 	// session ends with the connection).
-	SessionExpiry uint32             `json:"session_expiry_seconds"`
-	Subscriptions []SubscriptionView `json:"subscriptions"`
-	Consumers     []ConsumerView     `json:"consumers"`
+	SessionExpiry uint32 `json:"session_expiry_seconds"`
+	// Unacknowledged counts the plain QoS 1 and 2 messages sent to the
+	// client, or held for it, and not yet acknowledged: at most
+	// mqtt.max_queued_messages (a client that stops reading sits there).
+	Unacknowledged int                `json:"unacknowledged"`
+	Subscriptions  []SubscriptionView `json:"subscriptions"`
+	Consumers      []ConsumerView     `json:"consumers"`
 }
 
 // SubscriptionView is a subscription of a client.
@@ -175,7 +179,7 @@ func (a *adminAPI) localClients(f clientFilter) ([]ClientView, int) {
 func clientView(cl *mqtt.Client, node string, h *hooks.Hook) ClientView {
 	v := ClientView{ID: cl.ID, User: string(cl.Properties.Username), Node: node, Remote: cl.Net.Remote, Listener: cl.Net.Listener,
 		Protocol: cl.Properties.ProtocolVersion, CleanStart: cl.Properties.Clean, SessionExpiry: cl.Properties.Props.SessionExpiryInterval,
-		Subscriptions: []SubscriptionView{}, Consumers: []ConsumerView{}}
+		Unacknowledged: cl.State.Inflight.Len(), Subscriptions: []SubscriptionView{}, Consumers: []ConsumerView{}}
 	if t := h.Since(cl); !t.IsZero() {
 		v.ConnectedAt = t.UTC().Format(time.RFC3339)
 	}

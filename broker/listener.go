@@ -88,10 +88,59 @@ type trackedConn struct {
 	// sentDisconnect: mochi wrote a DISCONNECT already.
 	sentDisconnect atomic.Bool
 
+	// writeSince is when the write under way started (Unix nanoseconds),
+	// 0 when none is: see stalled.
+	writeSince atomic.Int64
+
 	mu sync.Mutex
 	// subacks holds, by SUBSCRIBE packet ID, the reason codes the access
 	// hook gives to the filters it refused (see OnPacketEncode).
 	subacks map[uint16][]subRefusal
+}
+
+// Write records how long it blocks: see stalled.
+func (c *trackedConn) Write(b []byte) (int, error) {
+	c.writeSince.Store(time.Now().UnixNano())
+	n, err := c.Conn.Write(b)
+	c.writeSince.Store(0)
+	return n, err
+}
+
+// stallAfter is how long a write to a client may block before the client
+// counts as stalled: it does not read what it is sent.
+const stallAfter = time.Second
+
+// stalled reports whether a write to the client has been blocked for
+// stallAfter or more at now. mochi holds the client's lock while it
+// writes, and takes it for every QoS 1 or 2 message it routes to the
+// client: plain messages for a stalled client are dropped rather than
+// routed (plainHook.OnSelectSubscribers), so that its publishers never
+// wait for it.
+func (c *trackedConn) stalled(now time.Time) bool {
+	since := c.writeSince.Load()
+	return since != 0 && now.UnixNano()-since >= int64(stallAfter)
+}
+
+// cutStuck closes the connections whose write has been blocked for
+// timeout at now: their clients do not read. The blocked write returns at
+// once, giving back the client's lock that publishers to it wait for, and
+// mochi ends the session as for any broken connection. It returns the
+// remote addresses of those it closed.
+func (l *trackingListener) cutStuck(now time.Time, timeout time.Duration) []string {
+	l.mu.Lock()
+	var stuck []*trackedConn
+	for c := range l.conns {
+		if since := c.writeSince.Load(); since != 0 && now.UnixNano()-since >= int64(timeout) {
+			stuck = append(stuck, c)
+		}
+	}
+	l.mu.Unlock()
+	remotes := make([]string, 0, len(stuck))
+	for _, c := range stuck {
+		remotes = append(remotes, c.RemoteAddr().String())
+		_ = c.release()
+	}
+	return remotes
 }
 
 // admit counts the connection toward max (0: no limit); false when the

@@ -190,7 +190,7 @@ var mqttFigures = []struct {
 	{"shardq_mqtt_retained_messages", "Retained messages held.", prometheus.GaugeValue, func(i *mqttInfo) int64 { return i.Retained }},
 	{"shardq_mqtt_messages_received_total", "PUBLISH packets received, queue publishes included.", prometheus.CounterValue, func(i *mqttInfo) int64 { return i.MessagesReceived }},
 	{"shardq_mqtt_messages_sent_total", "PUBLISH packets sent for plain pub/sub.", prometheus.CounterValue, func(i *mqttInfo) int64 { return i.MessagesSent }},
-	{"shardq_mqtt_messages_dropped_total", "Plain pub/sub messages dropped for a slow subscriber.", prometheus.CounterValue, func(i *mqttInfo) int64 { return i.MessagesDropped }},
+	{"shardq_mqtt_messages_dropped_total", "Plain pub/sub messages dropped for a subscriber holding mqtt.max_queued_messages already.", prometheus.CounterValue, func(i *mqttInfo) int64 { return i.MessagesDropped + i.InflightDropped }},
 	{"shardq_mqtt_bytes_received_total", "Bytes received from MQTT clients.", prometheus.CounterValue, func(i *mqttInfo) int64 { return i.BytesReceived }},
 	{"shardq_mqtt_bytes_sent_total", "Bytes sent to MQTT clients by mochi (queue deliveries and PUBACKs not included).", prometheus.CounterValue, func(i *mqttInfo) int64 { return i.BytesSent }},
 }

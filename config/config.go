@@ -181,6 +181,22 @@ type Protocol struct {
 	// means storage.max_payload plus 64 KiB, so that a queue payload over
 	// max_payload still gets its PUBACK 0x95.
 	MaxPacketSize int `yaml:"max_packet_size"`
+	// MaxQueuedMessages bounds the plain pub/sub messages held for one
+	// client: those waiting to be written to its connection, and its QoS
+	// 1 and 2 messages not yet acknowledged (sent, or held back by its
+	// Receive Maximum or while its persistent session is offline). Past
+	// it, messages for that client are dropped (and counted in
+	// shardq_mqtt_messages_dropped_total), so a client that stops reading
+	// costs at most this many messages of memory and never slows the
+	// publishers or the other subscribers. Queue deliveries are bounded by
+	// prefetch instead. Default 1000, at most 65535 (the packet ids).
+	MaxQueuedMessages int `yaml:"max_queued_messages"`
+	// WriteTimeout is how long a write to a client may block before its
+	// connection is closed: the client does not read what it is sent.
+	// While the write blocks, publishers with a QoS 1 message for that
+	// client wait (mochi holds the client's lock); after a second of it,
+	// plain messages for the client are dropped instead. Default 10s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// TLS is the certificate of listen.mqtts and listen.wss.
 	TLS MQTTTLS `yaml:"tls"`
 }
@@ -339,9 +355,10 @@ func Default() *Config {
 			AutoCreate: true,
 			Declared:   map[string]queue.Options{},
 		},
-		Limits:   Limits{MaxQueues: DefaultMaxQueues, MaxConnections: DefaultMaxConnections},
-		Admin:    Admin{Metrics: true},
-		Protocol: Protocol{MaxKeepAlive: 60 * time.Second, DenySubscribe: []string{"test/nosubscribe"}},
+		Limits: Limits{MaxQueues: DefaultMaxQueues, MaxConnections: DefaultMaxConnections},
+		Admin:  Admin{Metrics: true},
+		Protocol: Protocol{MaxKeepAlive: 60 * time.Second, DenySubscribe: []string{"test/nosubscribe"}, MaxQueuedMessages: 1000,
+			WriteTimeout: 10 * time.Second},
 		Storage: Storage{
 			Shards:       0,
 			SyncInterval: 100 * time.Millisecond,

@@ -88,6 +88,8 @@
 //	  deny_subscribe: [test/nosubscribe]
 //	  allow_anonymous: false
 //	  max_packet_size: 0    # bytes; 0: storage.max_payload + 64 KiB
+//	  max_queued_messages: 1000 # plain pub/sub messages held per client; past it they are dropped
+//	  write_timeout: 10s    # a client that reads nothing of a write for this long is disconnected
 //	  tls:                  # for listen.mqtts and listen.wss
 //	    cert: ""            # PEM files
 //	    key: ""

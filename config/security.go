@@ -166,6 +166,12 @@ func (c *Config) validateSecurity(fail func(path, reason string, err error)) {
 	if n := c.Limits.MaxConnections; n < 0 {
 		fail("limits.max_connections", fmt.Sprintf("must be 0 (no limit) or more, got %d", n), nil)
 	}
+	if n := c.Protocol.MaxQueuedMessages; n < 1 || n > 65535 {
+		fail("mqtt.max_queued_messages", fmt.Sprintf("must be from 1 to 65535, got %d", n), nil)
+	}
+	if d := c.Protocol.WriteTimeout; d < time.Second {
+		fail("mqtt.write_timeout", fmt.Sprintf("must be at least 1s, got %v", d), nil)
+	}
 	if n := c.Protocol.MaxPacketSize; n != 0 && (n < MinMaxPacketSize || n > MaxMaxPacketSize) {
 		fail("mqtt.max_packet_size", fmt.Sprintf("must be 0 (storage.max_payload + 64 KiB) or from %d to %d, got %d", MinMaxPacketSize, MaxMaxPacketSize, n), nil)
 	}
