@@ -49,8 +49,10 @@ func (l *limitedQueues) Publish(ctx context.Context, name string, msg *queue.Mes
 			return
 		}
 	}
-	if err := l.ensure(ctx, name); err != nil {
-		done(err)
+	// Refusals that need no queue come before the queue is auto-created:
+	// a refused first publish creates no queue.
+	if max := l.cfg.Storage.MaxPayload; max > 0 && len(msg.Payload) > max {
+		done(queue.TooLarge(len(msg.Payload), max))
 		return
 	}
 	if !msg.NotBefore.IsZero() {
@@ -58,6 +60,10 @@ func (l *limitedQueues) Publish(ctx context.Context, name string, msg *queue.Mes
 			done(err)
 			return
 		}
+	}
+	if err := l.ensure(ctx, name); err != nil {
+		done(err)
+		return
 	}
 	l.svc.Publish(ctx, name, msg, func(err error) {
 		switch {

@@ -344,10 +344,25 @@ func TestQueueRejectsInvalidTopicsAndFilters(t *testing.T) {
 }
 
 func TestQueueOversizedPayloadRefused(t *testing.T) {
-	b := startBroker(t, t.TempDir(), func(c *config.Config) { c.Storage.MaxPayload = 1024 })
+	b := startBroker(t, t.TempDir(), func(c *config.Config) {
+		c.Storage.MaxPayload = 1024
+		c.Queues.Defaults.MaxAge = 24 * time.Hour
+	})
 	c := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
 	if rc := c.publish("$queue/big", make([]byte, 2048)); rc != 0x95 {
 		t.Fatalf("oversized publish: reason %#x, want 0x95", rc)
+	}
+	// A refused first publish creates no queue: a typo, or a payload
+	// too large, leaves nothing behind.
+	if q := b.Manager().Queue("big"); q != nil {
+		t.Fatal("the refused first publish created queue big")
+	}
+	far := time.Now().Add(30 * 24 * time.Hour).UTC().Format(time.RFC3339)
+	if rc := c.publish("$queue/later", []byte("x"), "deliver-at", far); rc != 0x99 {
+		t.Fatalf("publish past max_delay: reason %#x, want 0x99", rc)
+	}
+	if q := b.Manager().Queue("later"); q != nil {
+		t.Fatal("the refused first publish created queue later")
 	}
 	if rc := c.publish("$queue/big", make([]byte, 1024)); rc != 0 {
 		t.Fatalf("publish at the limit: reason %#x, want 0x00", rc)
