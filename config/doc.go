@@ -62,6 +62,7 @@
 //	    retry_backoff: 1s
 //	    retry_backoff_max: 5m
 //	    prefetch: 1024
+//	    key_inflight: 1     # ordering key: messages of one key unsettled at once
 //	    durability: fsync   # fsync | async
 //	    qos0: allow         # allow | refuse: subscriptions at QoS 0
 //	    max_age: 168h

@@ -138,7 +138,7 @@ func (c *cursor) purgeLocked(b *Batch, k *kicks) {
 		c.savedFloor = c.floor
 	}
 	c.next = max(c.next, to)
-	c.ready = nil
+	c.ready, c.pinned = nil, nil
 	clear(c.keys)
 	c.parked = 0
 	c.ra, c.raPos, c.raFrom, c.raTo = nil, 0, 0, 0
@@ -616,7 +616,7 @@ func (c *cursor) settleAdminLocked(m *Message, b *Batch, k *kicks) {
 		}
 	}
 	if ks := c.keys[m.Key]; ks != nil && off < c.next {
-		if i := slices.IndexFunc(ks.waiting, func(w *Message) bool { return w.Offset == off }); i >= 0 {
+		if i := slices.IndexFunc(ks.waiting, func(w *pending) bool { return w.m.Offset == off }); i >= 0 {
 			ks.waiting = slices.Delete(ks.waiting, i, i+1)
 			c.parked--
 		}
@@ -741,10 +741,11 @@ func (q *Queue) setOptions(o Options) {
 		for _, g := range q.groups {
 			for _, cur := range g.cursors {
 				for _, ks := range cur.keys {
-					for _, m := range ks.waiting {
-						pd := &pending{m: m, deliveries: cur.counts[m.Offset]}
-						if !m.NotBefore.IsZero() && m.NotBefore.After(q.m.now()) {
+					for _, pd := range ks.waiting {
+						if m := pd.m; pd.at.IsZero() && !m.NotBefore.IsZero() && m.NotBefore.After(q.m.now()) {
 							pd.at = m.NotBefore
+						}
+						if !pd.at.IsZero() {
 							cur.p.wantTickLocked()
 							heap.Push(&cur.retries, pd)
 							continue
@@ -752,6 +753,11 @@ func (q *Queue) setOptions(o Options) {
 						heap.Push(&cur.ready, pd)
 					}
 				}
+				for _, pd := range cur.pinned {
+					pd.to = nil
+					heap.Push(&cur.ready, pd)
+				}
+				cur.pinned = nil
 				clear(cur.keys)
 				cur.parked = 0
 			}

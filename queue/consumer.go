@@ -214,13 +214,16 @@ func (c *Consumer) Close() {
 	for _, p := range q.parts {
 		b := new(Batch)
 		for _, l := range p.leasesWhere(func(l *Lease) bool { return l.consumer == c }) {
+			if !l.active {
+				continue // taken back with an earlier one of its key (key_inflight)
+			}
 			// A delivery not yet PUBACKed still counts against the
 			// connection's shared credit: the slot stays until the PUBACK
 			// comes (or the connection, and its credit, are gone).
 			if l.slot && c.shared == nil {
 				l.slot = false
 			}
-			p.releaseLocked(l, b, now)
+			p.releaseLocked(l, b, now, &k)
 		}
 		// Its connection is gone: no PUBACK will come for a slot.
 		for seq, l := range p.slotHeld {

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"container/heap"
 	"slices"
 	"sync/atomic"
@@ -101,6 +102,7 @@ type cursor struct {
 	unmarks    []uint64 // marked on disk, now below the floor
 
 	ready   readyHeap            // released messages, deliverable now, lowest offset first
+	pinned  []*pending           // next messages of keys leased to a consumer, for it (key_inflight)
 	retries retryHeap            // nacked and delayed messages, by the time they are due
 	keys    map[string]*keyState // ordering key: keys with a message out
 	parked  int                  // messages parked behind blocked keys
@@ -118,7 +120,18 @@ type cursor struct {
 	fetchErr time.Time // no new fetch before then after a failed read
 }
 
-type keyState struct{ waiting []*Message }
+// keyState is a key of a cursor with a message in circulation (ordering
+// key). held counts its messages in circulation: leased, or waiting in
+// the ready or retry heap, or on their way to the dead-letter queue. out
+// counts those leased, all to owner: with key_inflight above 1, more of the
+// key's messages are leased to owner while every held one is leased and
+// nothing waits. waiting are the key's next messages, in offset order,
+// delivered one at a time once nothing of the key is held.
+type keyState struct {
+	waiting   []*pending
+	held, out int
+	owner     *Consumer
+}
 
 // pending is a message waiting to be delivered again.
 type pending struct {
@@ -126,6 +139,9 @@ type pending struct {
 	deliveries uint32 // ended deliveries so far
 	released   uint32 // of them, those released (not counted toward max_deliveries)
 	at         time.Time
+	// to, for a message in a cursor's pinned list, is the consumer its
+	// key is leased to: it goes to that consumer (see unblockLocked).
+	to *Consumer
 }
 
 func newGroup(q *Queue, name string) *group {
@@ -312,12 +328,15 @@ func (c *cursor) dispatchLocked(now time.Time) {
 		if cons == nil {
 			return
 		}
-		m, prior, released := c.nextLocked(now)
+		m, prior, released, to := c.nextLocked(now, cons, uniform)
 		if m == nil {
 			cons.giveBack()
 			return
 		}
-		g.leaseLocked(cons, c, m, prior, released, now)
+		if to != cons {
+			cons.giveBack() // the message goes to the consumer its key is leased to
+		}
+		g.leaseLocked(to, c, m, prior, released, now)
 	}
 }
 
@@ -342,7 +361,7 @@ func (c *cursor) takeConsumer(uniform bool) *Consumer {
 
 // hasWork reports whether the cursor may have a message to deliver.
 func (c *cursor) hasWork() bool {
-	return c.ready.Len() > 0 || c.next < c.p.committed
+	return c.ready.Len() > 0 || len(c.pinned) > 0 || c.next < c.p.committed
 }
 
 // kick dispatches the group's starved cursors: a consumer's credit came
@@ -387,6 +406,12 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior, release
 	cur.p.wantTickLocked()
 	cur.leased++
 	cur.out[m.Offset] = l
+	if q.opts.Ordering == OrderKey {
+		if ks := cur.keys[m.Key]; ks != nil {
+			ks.out++
+			ks.owner = c
+		}
+	}
 	if m.Offset >= cur.delivered {
 		cur.delivered = m.Offset + 1
 		cur.dirty = true
@@ -400,10 +425,38 @@ func (g *group) leaseLocked(c *Consumer, cur *cursor, m *Message, prior, release
 	c.r.Deliver(Delivery{Lease: l.ref(), Queue: q.name, Partition: cur.p.index, Message: m, Count: l.deliveries, Explicit: l.explicit})
 }
 
-// nextLocked returns the cursor's next deliverable message, how many of
-// its deliveries already ended and how many of those were released, or
-// nil.
-func (c *cursor) nextLocked(now time.Time) (*Message, uint32, uint32) {
+// nextLocked returns the cursor's next deliverable message for cons, how
+// many of its deliveries already ended, how many of those were released,
+// and the consumer it goes to: cons, or, for a message of a key leased to
+// another consumer (key_inflight), that one, with one of its credits
+// taken. It returns a nil message when there is none.
+func (c *cursor) nextLocked(now time.Time, cons *Consumer, uniform bool) (*Message, uint32, uint32, *Consumer) {
+	for i := 0; i < len(c.pinned); i++ {
+		pd := c.pinned[i]
+		to := pd.to
+		switch {
+		case c.isSettled(pd.m.Offset):
+		case to.closed:
+			to = cons // its consumer left: it is the key's next message for anyone
+		case to == cons:
+		case (uniform || c.g.takes(to, c.p.index)) && to.take(c.g):
+		default:
+			continue // for a consumer without credit now
+		}
+		c.pinned = slices.Delete(c.pinned, i, i+1)
+		i--
+		if c.isSettled(pd.m.Offset) {
+			c.unblockLocked(pd.m)
+			continue
+		}
+		if c.expiredLocked(pd.m, pd.deliveries, now) || c.spentLocked(pd.m, pd.deliveries-pd.released, now) {
+			if to != cons {
+				to.giveBack()
+			}
+			continue
+		}
+		return pd.m, pd.deliveries, pd.released, to
+	}
 	for c.ready.Len() > 0 {
 		pd := heap.Pop(&c.ready).(*pending)
 		if c.isSettled(pd.m.Offset) {
@@ -413,7 +466,7 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32, uint32) {
 		if c.expiredLocked(pd.m, pd.deliveries, now) || c.spentLocked(pd.m, pd.deliveries-pd.released, now) {
 			continue
 		}
-		return pd.m, pd.deliveries, pd.released
+		return pd.m, pd.deliveries, pd.released, cons
 	}
 	q := c.g.q
 	// Asked for before it is needed: half of the offsets or half of the
@@ -425,7 +478,7 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32, uint32) {
 		off := c.next
 		m, known := c.messageAt(off)
 		if !known {
-			return nil, 0, 0 // being read from storage
+			return nil, 0, 0, nil // being read from storage
 		}
 		if m == nil || c.isSettled(off) {
 			c.next++
@@ -436,15 +489,20 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32, uint32) {
 		}
 		if q.opts.Ordering == OrderKey {
 			if ks := c.keys[m.Key]; ks != nil {
-				if c.parked >= maxParked {
-					return nil, 0, 0
+				if to := c.pipelineTo(ks, m, cons, uniform, now); to != nil {
+					ks.held++
+					c.next++
+					return m, c.counts[off], 0, to
 				}
-				ks.waiting = append(ks.waiting, m)
+				if c.parked >= maxParked {
+					return nil, 0, 0, nil
+				}
+				ks.waiting = append(ks.waiting, &pending{m: m, deliveries: c.counts[off]})
 				c.parked++
 				c.next++
 				continue
 			}
-			c.keys[m.Key] = &keyState{}
+			c.keys[m.Key] = &keyState{held: 1}
 		}
 		c.next++
 		prior := c.counts[off]
@@ -462,9 +520,33 @@ func (c *cursor) nextLocked(now time.Time) (*Message, uint32, uint32) {
 		if c.expiredLocked(m, prior, now) || c.spentLocked(m, prior, now) {
 			continue
 		}
-		return m, prior, 0
+		return m, prior, 0, cons
 	}
-	return nil, 0, 0
+	return nil, 0, 0, nil
+}
+
+// pipelineTo returns the consumer m may be leased to while other messages
+// of its key are (key_inflight above 1), or nil: every held message of the
+// key is leased, to one consumer, fewer than key_inflight of them, nothing
+// of the key waits, and m is due. That consumer is cons, or the key's
+// owner with one of its credits taken.
+func (c *cursor) pipelineTo(ks *keyState, m *Message, cons *Consumer, uniform bool, now time.Time) *Consumer {
+	q := c.g.q
+	n := q.opts.keyInflight()
+	if n < 2 || len(ks.waiting) > 0 || ks.out != ks.held || ks.out >= n || ks.owner == nil || ks.owner.closed {
+		return nil
+	}
+	if m.Offset < c.heldBelow && now.Before(c.heldUntil) || !m.NotBefore.IsZero() && m.NotBefore.After(now) ||
+		!m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt) || q.dlq != nil && int(c.counts[m.Offset]) >= q.opts.MaxDeliveries {
+		return nil // it goes through the key's waiting messages
+	}
+	if ks.owner == cons {
+		return cons
+	}
+	if (uniform || c.g.takes(ks.owner, c.p.index)) && ks.owner.take(c.g) {
+		return ks.owner
+	}
+	return nil
 }
 
 // markedLocked reports whether the cursor may deliver now, asking for a
@@ -714,22 +796,90 @@ func (c *cursor) unblockLocked(m *Message) {
 	if ks == nil {
 		return
 	}
+	if ks.held--; ks.held > 0 {
+		// Others of the key are still out: its next message goes to
+		// their consumer, if all of them are leased (key_inflight).
+		if len(ks.waiting) > 0 && ks.out == ks.held && ks.owner != nil && !ks.owner.closed {
+			if pd := ks.waiting[0]; pd.at.IsZero() && (pd.m.NotBefore.IsZero() || !pd.m.NotBefore.After(c.g.q.m.now())) {
+				ks.waiting[0] = nil
+				ks.waiting = ks.waiting[1:]
+				c.parked--
+				ks.held++
+				pd.to = ks.owner
+				c.pinned = append(c.pinned, pd)
+			}
+		}
+		return
+	}
 	if len(ks.waiting) == 0 {
 		delete(c.keys, m.Key)
 		return
 	}
-	next := ks.waiting[0]
+	pd := ks.waiting[0]
 	ks.waiting[0] = nil
 	ks.waiting = ks.waiting[1:]
 	c.parked--
-	pd := &pending{m: next, deliveries: c.counts[next.Offset]}
-	if !next.NotBefore.IsZero() && next.NotBefore.After(c.g.q.m.now()) {
+	ks.held, ks.owner = 1, nil
+	if next := pd.m; pd.at.IsZero() && !next.NotBefore.IsZero() && next.NotBefore.After(c.g.q.m.now()) {
 		pd.at = next.NotBefore // delayed: it takes the key but waits for its time
+	}
+	if !pd.at.IsZero() {
 		c.p.wantTickLocked()
 		heap.Push(&c.retries, pd)
 		return
 	}
 	heap.Push(&c.ready, pd)
+}
+
+// returnLocked puts back pd, the message of l, whose lease just ended
+// without an ack: into the ready heap, or the retry heap when pd.at is
+// set. With ordering key and key_inflight above 1, the later messages of
+// its key that l's consumer holds are taken back first (their deliveries
+// end as released: they come again with DUP, not counted toward
+// max_deliveries, and their late PUBACKs change nothing), and while
+// earlier ones of its key are still leased, pd waits behind them with
+// those taken back, so that the key is delivered again in order.
+func (c *cursor) returnLocked(l *Lease, pd *pending, k *kicks) {
+	if ks := c.keys[l.m.Key]; ks != nil && c.g.q.opts.Ordering == OrderKey && ks.out > 0 {
+		var later []*Lease
+		for off, x := range c.out {
+			if off > l.m.Offset && x.m.Key == l.m.Key && x.consumer == l.consumer {
+				later = append(later, x)
+			}
+		}
+		slices.SortFunc(later, func(a, b *Lease) int { return cmp.Compare(a.m.Offset, b.m.Offset) })
+		for _, x := range later {
+			c.p.revokeLocked(x, k)
+			c.waitLocked(ks, &pending{m: x.m, deliveries: x.deliveries, released: x.released + 1})
+		}
+		c.pinned = slices.DeleteFunc(c.pinned, func(pd *pending) bool {
+			if pd.m.Key != l.m.Key {
+				return false
+			}
+			pd.to = nil
+			c.waitLocked(ks, pd)
+			return true
+		})
+		if ks.out > 0 {
+			c.waitLocked(ks, pd)
+			return
+		}
+	}
+	if !pd.at.IsZero() {
+		c.p.wantTickLocked()
+		heap.Push(&c.retries, pd)
+		return
+	}
+	heap.Push(&c.ready, pd)
+}
+
+// waitLocked moves a held message of ks to its waiting ones, in offset
+// order.
+func (c *cursor) waitLocked(ks *keyState, pd *pending) {
+	i, _ := slices.BinarySearchFunc(ks.waiting, pd.m.Offset, func(w *pending, off uint64) int { return cmp.Compare(w.m.Offset, off) })
+	ks.waiting = slices.Insert(ks.waiting, i, pd)
+	ks.held--
+	c.parked++
 }
 
 // readyHeap orders pending messages by offset.

@@ -62,7 +62,10 @@ type Options struct {
 	AckTimeout    time.Duration `yaml:"ack_timeout" json:"ack_timeout"`
 	MaxDeliveries int           `yaml:"max_deliveries" json:"max_deliveries"`
 	Prefetch      int           `yaml:"prefetch" json:"prefetch"`
-	Durability    Durability    `yaml:"durability" json:"durability"`
+	// KeyInflight is, with ordering key, how many messages of one key may
+	// be unsettled at once in a group, all with one consumer (0 is 1).
+	KeyInflight int        `yaml:"key_inflight" json:"key_inflight"`
+	Durability  Durability `yaml:"durability" json:"durability"`
 	// QoS0 says whether a consumer may subscribe at QoS 0 ("" is allow).
 	QoS0 QoS0Policy `yaml:"qos0" json:"qos0"`
 
@@ -93,6 +96,7 @@ func DefaultOptions() Options {
 		AckTimeout:      30 * time.Second,
 		MaxDeliveries:   5,
 		Prefetch:        1024,
+		KeyInflight:     1,
 		Durability:      DurabilityFsync,
 		QoS0:            QoS0Allow,
 		MaxAge:          168 * time.Hour,
@@ -132,6 +136,8 @@ func (o Options) Validate() error {
 		return &FieldError{"max_deliveries", fmt.Sprintf("must be at least 1, got %d", o.MaxDeliveries)}
 	case o.Prefetch < 1 || o.Prefetch > 65535:
 		return &FieldError{"prefetch", fmt.Sprintf("must be between 1 and 65535, got %d", o.Prefetch)}
+	case o.KeyInflight < 0 || o.KeyInflight > 65535:
+		return &FieldError{"key_inflight", fmt.Sprintf("must be between 1 and 65535, got %d", o.KeyInflight)}
 	case o.Durability != DurabilityFsync && o.Durability != DurabilityAsync:
 		return &FieldError{"durability", fmt.Sprintf("must be fsync or async, got %q", o.Durability)}
 	case o.QoS0 != "" && o.QoS0 != QoS0Allow && o.QoS0 != QoS0Refuse:
@@ -157,6 +163,9 @@ func (o Options) Validate() error {
 	}
 	return nil
 }
+
+// keyInflight is KeyInflight, 1 when unset.
+func (o Options) keyInflight() int { return max(1, o.KeyInflight) }
 
 // FieldError names the setting that is wrong and why.
 type FieldError struct {

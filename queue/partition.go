@@ -192,7 +192,7 @@ func (p *partition) tick(now time.Time, retain bool) (busy bool) {
 		q.stats.LeasesLost.Add(1)
 		l.cur.g.stats.LeasesLost.Add(1)
 		l.consumer.resize(l.consumer.window.leaseLost(), &k)
-		p.releaseLocked(l, &b, now)
+		p.releaseLocked(l, &b, now, &k)
 		if l.explicit && l.received && l.slot {
 			p.freeSlotLocked(l, true, &k)
 		}
@@ -307,9 +307,9 @@ func (p *partition) flushLocked(b *Batch) {
 
 // releaseLocked ends an active lease without a settlement (lost lease or
 // consumer gone): the message is available again at once. Lock must be held.
-func (p *partition) releaseLocked(l *Lease, b *Batch, now time.Time) {
+func (p *partition) releaseLocked(l *Lease, b *Batch, now time.Time, k *kicks) {
 	p.endLeaseLocked(l)
-	p.q.endDeliveryLocked(l, b, now, false)
+	p.q.endDeliveryLocked(l, b, now, false, k)
 }
 
 // endLeaseLocked takes an active lease out of circulation.
@@ -327,6 +327,11 @@ func (p *partition) endLeaseLocked(l *Lease) {
 	}
 	l.cur.leased--
 	delete(l.cur.out, l.m.Offset)
+	if p.q.opts.Ordering == OrderKey {
+		if ks := l.cur.keys[l.m.Key]; ks != nil && ks.out > 0 {
+			ks.out--
+		}
+	}
 }
 
 // freeSlotLocked returns the lease's credit slot to its consumer, and to

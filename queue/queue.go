@@ -342,19 +342,19 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 	case Nack:
 		q.stats.Nacked.Add(1)
 		l.cur.g.stats.Nacked.Add(1)
-		q.endDeliveryLocked(l, &b, now, true)
+		q.endDeliveryLocked(l, &b, now, true, &k)
 	case Reject:
 		q.stats.Rejected.Add(1)
 		l.cur.g.stats.Rejected.Add(1)
 		q.deadLetterLocked(l.cur, l.m, l.deliveries, ReasonRejected, now)
 	case Unsent, Returned:
-		heap.Push(&l.cur.ready, &pending{m: l.m, deliveries: l.deliveries - 1, released: l.released})
+		l.cur.returnLocked(l, &pending{m: l.m, deliveries: l.deliveries - 1, released: l.released}, &k)
 	case Release:
 		// Its delivery ended (the next carries DUP) but does not count
 		// toward max_deliveries; nothing is written.
 		q.stats.Released.Add(1)
 		l.cur.g.stats.Released.Add(1)
-		heap.Push(&l.cur.ready, &pending{m: l.m, deliveries: l.deliveries, released: l.released + 1})
+		l.cur.returnLocked(l, &pending{m: l.m, deliveries: l.deliveries, released: l.released + 1}, &k)
 	}
 	p.flushLocked(&b)
 	l.cur.dispatchLocked(now)
@@ -367,7 +367,7 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 // message goes to the dead-letter queue after max_deliveries, else back to
 // the group, after a backoff when the consumer asked for it (nack). The
 // partition's lock must be held.
-func (q *Queue) endDeliveryLocked(l *Lease, b *Batch, now time.Time, backoff bool) {
+func (q *Queue) endDeliveryLocked(l *Lease, b *Batch, now time.Time, backoff bool, k *kicks) {
 	cur, ended := l.cur, l.deliveries
 	if int(ended-l.released) >= q.opts.MaxDeliveries && q.dlq != nil {
 		q.deadLetterLocked(cur, l.m, ended, ReasonMaxDeliveries, now)
@@ -378,11 +378,8 @@ func (q *Queue) endDeliveryLocked(l *Lease, b *Batch, now time.Time, backoff boo
 	pd := &pending{m: l.m, deliveries: ended, released: l.released}
 	if backoff {
 		pd.at = now.Add(q.backoff(ended))
-		cur.p.wantTickLocked()
-		heap.Push(&cur.retries, pd)
-		return
 	}
-	heap.Push(&cur.ready, pd)
+	cur.returnLocked(l, pd, k)
 }
 
 // backoff is retry_backoff doubled per ended delivery, up to retry_backoff_max.
