@@ -192,10 +192,20 @@ func (c *Consumer) resize(d int64, k *kicks) {
 func (c *Consumer) Window() int { return c.window.Size() }
 
 // giveBack returns a credit taken for a delivery that did not happen.
+// While it was taken, the cursor of another partition may have found the
+// consumer (or its connection) without credit and marked itself starved:
+// those are kicked, from a goroutine of their own since the caller holds a
+// partition's lock. Without that kick such a cursor waited for the next
+// settlement or timer pass.
 func (c *Consumer) giveBack() {
 	c.credit.Add(1)
+	var k kicks
 	if c.shared != nil {
-		c.shared.n.Add(1)
+		c.shared.give(&k)
+	}
+	k.add(c.g)
+	if len(k) > 0 {
+		go k.run()
 	}
 }
 
