@@ -362,7 +362,16 @@ report_args+=(-note "**Clients:** producers are paho.golang clients; consumers u
 [[ -n $restart_note ]] && report_args+=(-note "$restart_note")
 
 mkdir -p "$(dirname "$OUT")"
+# The section "## Cluster" of the report is written by hand from the
+# cluster's Go benchmarks: it is kept, from the file this run replaces.
+cluster_section=""
+if [[ -f $OUT ]]; then
+	cluster_section=$(sed -n '/^## Cluster$/,$p' "$OUT")
+fi
 "$work/bin/benchreport" "${report_args[@]}" "${results[@]}"
+if [[ -n $cluster_section ]]; then
+	printf '\n%s\n' "$cluster_section" >>"$OUT"
+fi
 echo "wrote $OUT"
 
 if ((${#failed[@]} > 0)); then
