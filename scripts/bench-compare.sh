@@ -6,6 +6,7 @@
 # It builds bin/shardq and bin/mochi, starts on 127.0.0.1:
 #   shardq-none  bin/shardq serve, queues with ordering: none, prefetch 1024
 #   shardq-key   bin/shardq serve, queues with ordering: key, prefetch 1024
+#   shardq-ki16  the same as shardq-key with key_inflight: 16
 #   shardq-default  bin/shardq serve with no config: every queue default
 #   mochi        bin/mochi, vanilla mochi (bench/mochi)
 #   mosquitto    mosquitto with a config of its own, if `mosquitto` is found
@@ -164,6 +165,15 @@ queues:
     durability: fsync
 EOF
 done
+cat >"$work/shardq-ki16.yaml" <<EOF
+# shardq for scripts/bench-compare.sh
+queues:
+  defaults:
+    ordering: key
+    key_inflight: 16
+    prefetch: 1024
+    durability: fsync
+EOF
 
 echo "starting the brokers"
 free_port
@@ -172,6 +182,9 @@ start shardq-none bin/shardq serve --config "$work/shardq-none.yaml" --data-dir 
 free_port
 start shardq-key bin/shardq serve --config "$work/shardq-key.yaml" --data-dir "$work/data-key" \
 	--mqtt "127.0.0.1:$REPLY" --ws "" --http "" --node-id bench-key
+free_port
+start shardq-ki16 bin/shardq serve --config "$work/shardq-ki16.yaml" --data-dir "$work/data-ki16" \
+	--mqtt "127.0.0.1:$REPLY" --ws "" --http "" --node-id bench-ki16
 free_port
 start shardq-default bin/shardq serve --data-dir "$work/data-default" \
 	--mqtt "127.0.0.1:$REPLY" --ws "" --http "" --node-id bench-default
@@ -197,7 +210,7 @@ EOF
 else
 	echo "  mosquitto is not installed: measuring shardq and mochi only"
 fi
-for name in shardq-none shardq-key shardq-default mochi mosquitto; do
+for name in shardq-none shardq-key shardq-ki16 shardq-default mochi mosquitto; do
 	[[ -n ${pid[$name]:-} ]] && wait_up "$name"
 done
 
@@ -208,6 +221,7 @@ runs=(
 	"shardq-none shardq-none cycle --receive-max 1024"
 	"shardq-key shardq-key cycle --receive-max 1024 --keys 64 --ordering-check"
 	"shardq-key10k shardq-key cycle --receive-max 1024 --keys 10000 --ordering-check"
+	"shardq-key-ki16 shardq-ki16 cycle --receive-max 1024 --keys 64 --ordering-check"
 	"mochi-311 mochi pubsub --consumer-client paho311"
 	"shardq-default-311 shardq-default cycle --consumer-client paho311 --keys 10000 --ordering-check"
 	"shardq-default-311-64keys shardq-default cycle --consumer-client paho311 --ordering-check"
@@ -327,6 +341,7 @@ report_args+=(
 	-run "shardq-none=shardq \`cycle\`: publish to \`\$queue/bench-{run}\`, each PUBACK after the fsync of its batch (\`durability: fsync\`); one consumer in a group settling each delivery with a PUBACK; \`ordering: none\`, \`prefetch: 1024\`, consumer Receive Maximum 1024"
 	-run "shardq-key=the same with \`ordering: key\`: one unsettled message per key at a time, 64 keys; a run with any per-key reordering is invalid"
 	-run "shardq-key10k=the same with 10,000 keys"
+	-run "shardq-key-ki16=\`shardq-key\` with \`key_inflight: 16\`: up to 16 unsettled messages per key, with one consumer; 64 keys, per-key order checked"
 	-ratio shardq-none/mochi@0.9
 )
 if ((half > 0)); then
@@ -342,7 +357,7 @@ report_args+=(
 	-ratio shardq-default-311/mochi-311@1
 	-ratio shardq-default-311-64keys/mochi-311
 )
-report_args+=(-ratio shardq-key10k/shardq-none@0.8 -ratio shardq-key/mochi)
+report_args+=(-ratio shardq-key10k/shardq-none@0.8 -ratio shardq-key-ki16/shardq-none@0.8 -ratio shardq-key/mochi)
 if [[ -n ${pid[mosquitto]:-} ]]; then
 	report_args+=(-ratio shardq-key/mosquitto)
 else
@@ -352,6 +367,7 @@ report_args+=(
 	-note "Each run is \`shardq bench SCENARIO --broker 127.0.0.1:PORT --duration $DURATION --warmup $WARMUP${BENCH_ARGS:+ $BENCH_ARGS} --json\`, with \`--receive-max 1024\` against shardq and \`--keys 64 --ordering-check\` (\`--keys 10000\` for \`shardq-key10k\`) against \`shardq-key\`; the brokers run side by side, idle but for the one measured."
 	-attach "shardq-none, \`--config\`=$work/shardq-none.yaml"
 	-attach "shardq-key, \`--config\`=$work/shardq-key.yaml"
+	-attach "shardq-ki16, \`--config\`=$work/shardq-ki16.yaml"
 )
 if [[ -n ${pid[mosquitto]:-} ]]; then
 	report_args+=(-attach "mosquitto, \`-c\` (the port changes from run to run)=$work/mosquitto.conf")
