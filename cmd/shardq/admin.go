@@ -147,6 +147,25 @@ var adminCommands = []adminSpec{
 				fmt.Fprintf(w, "deleted group %s of %s\n", r.Group, r.Queue)
 			})
 		}},
+	{name: "dlq peek", args: "QUEUE", nargs: 1, short: "dead letters, with reason and origin (queue peek --dlq)",
+		about: "Prints the dead letters of a queue without delivering or settling them,\nwith why each was dead-lettered and the message it was: the same as\nshardq queue peek QUEUE --dlq.",
+		flags: func(fs *flag.FlagSet, o *adminOptions) {
+			fs.IntVar(&o.limit, "limit", 10, "at most `N` dead letters, 1 to 1000")
+		},
+		run: func(ctx context.Context, a *adminCall) error {
+			v := url.Values{"limit": {strconv.Itoa(a.opts.limit)}}
+			return call(ctx, a.c, "GET", "/api/v1/queues/"+a.q(0)+"/dlq/messages?"+v.Encode(), nil, a.out, printMessages)
+		}},
+	{name: "dlq purge", args: "QUEUE", nargs: 1, short: "delete every dead letter of the queue (queue purge --dlq)",
+		about: "Deletes every dead letter of a queue: the same as shardq queue purge\nQUEUE --dlq. Needs the token when the node has one.",
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+"/dlq/purge", nil, a.out, printPurge)
+		}},
+	{name: "group list", args: "QUEUE", nargs: 1, short: "the consumer groups of a queue, with consumers, lag and leases",
+		about: "Lists the consumer groups of a queue: how many consumers each has, its\nlag (messages not yet delivered to it), its leased messages and the age\nof its oldest unsettled one.",
+		run: func(ctx context.Context, a *adminCall) error {
+			return call(ctx, a.c, "GET", "/api/v1/queues/"+a.q(0), nil, a.out, printGroups)
+		}},
 	{name: "dlq replay", args: "QUEUE", nargs: 1, short: "publish dead letters into the queue again",
 		about: "Publishes dead letters into their queue again: the ones --id names, or all.\nNeeds the token when the node has one.",
 		flags: func(fs *flag.FlagSet, o *adminOptions) {
@@ -644,6 +663,22 @@ func printQueue(w io.Writer, q broker.QueueView) {
 		fmt.Fprintf(w, "\ndead-letter queue %s\n", q.DLQ.Name)
 		printFigures(w, *q.DLQ, false)
 	}
+	printMissing(w, q.NodesMissing)
+}
+
+// printGroups prints a queue's consumer groups, one line each.
+func printGroups(w io.Writer, q broker.QueueView) {
+	if len(q.Groups) == 0 {
+		fmt.Fprintf(w, "no consumer groups of %s on %s\n", q.Name, q.Node)
+		printMissing(w, q.NodesMissing)
+		return
+	}
+	t := table(w)
+	fmt.Fprintln(t, "GROUP\tCONSUMERS\tLAG\tLEASED\tOLDEST UNSETTLED")
+	for _, g := range q.Groups {
+		fmt.Fprintf(t, "%s\t%d\t%d\t%d\t%s\n", g.Name, g.Consumers, g.Lag, g.Leased, age(g.OldestUnsettledAge))
+	}
+	t.Flush()
 	printMissing(w, q.NodesMissing)
 }
 

@@ -221,6 +221,17 @@ func TestAdminCommands(t *testing.T) {
 			t.Fatalf("%d dead letters, want 3", len(letters))
 		}
 		fails(t, 1, "partition", "queue", "peek", "jobs", "--partition", "99", "--server", server, "--token", cliToken)
+		if dlq := must(t, "dlq", "peek", "jobs", "--server", server, "--token", cliToken); dlq != out {
+			t.Errorf("dlq peek differs from queue peek --dlq:\n%s\nwant\n%s", dlq, out)
+		}
+	})
+
+	t.Run("group list", func(t *testing.T) {
+		out := must(t, "group", "list", "jobs", "--server", server, "--token", cliToken)
+		if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], "workers ") {
+			t.Errorf("group list: want a header and the group workers:\n%s", out)
+		}
+		fails(t, 1, "no such queue", "group", "list", "nope", "--server", server, "--token", cliToken)
 	})
 
 	t.Run("dlq replay", func(t *testing.T) {
