@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,6 +38,7 @@ type adminOptions struct {
 	dlq                   bool
 	ids                   stringList
 	node, user, queue     string
+	yes                   bool
 }
 
 // adminCall is one run of an admin command.
@@ -67,6 +70,38 @@ type adminSpec struct {
 	about   string                                  // what it does, in full
 	flags   func(fs *flag.FlagSet, o *adminOptions) // its own flags, beside --server, --token and --json
 	run     func(ctx context.Context, a *adminCall) error
+	// confirm, for a command that deletes what cannot be had back, is
+	// what it does and the name to type to go on (see confirmed).
+	confirm func(a *adminCall) (what, answer string)
+}
+
+// confirmInput is where a destructive command asks for its confirmation:
+// the terminal on standard input, if it is one. Tests replace it.
+var confirmInput = func() (in io.Reader, prompt io.Writer, ok bool) {
+	if t := stdinTerminal(); t != nil {
+		return os.Stdin, t.prompt, true
+	}
+	return nil, nil, false
+}
+
+// confirmed asks, on a terminal and without --yes, for the name the
+// command acts on, typed again: a purge or a delete cannot be undone.
+// Without a terminal (a script) it does not ask.
+func confirmed(spec adminSpec, a *adminCall) (bool, error) {
+	if spec.confirm == nil || a.opts.yes {
+		return true, nil
+	}
+	in, prompt, ok := confirmInput()
+	if !ok {
+		return true, nil
+	}
+	what, answer := spec.confirm(a)
+	fmt.Fprintf(prompt, "%s. This cannot be undone.\nType %s to go on (--yes skips this): ", what, answer)
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && (!errors.Is(err, io.EOF) || line == "") {
+		return false, err
+	}
+	return strings.TrimSpace(line) == answer, nil
 }
 
 func dlqFlag(what string) func(*flag.FlagSet, *adminOptions) {
@@ -106,6 +141,12 @@ var adminCommands = []adminSpec{
 	{name: "queue purge", args: "QUEUE", nargs: 1, short: "delete every message of the queue",
 		about: "Deletes every message of a queue, for every group. Needs the token when\nthe node has one.",
 		flags: dlqFlag("every message"),
+		confirm: func(a *adminCall) (string, string) {
+			if a.opts.dlq {
+				return "This deletes every dead letter of " + a.pos[0], a.pos[0]
+			}
+			return "This deletes every message of " + a.pos[0] + ", for every group", a.pos[0]
+		},
 		run: func(ctx context.Context, a *adminCall) error {
 			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+a.dlqPath()+"/purge", nil, a.out, printPurge)
 		}},
@@ -128,6 +169,9 @@ var adminCommands = []adminSpec{
 		}},
 	{name: "queue delete", args: "QUEUE", nargs: 1, short: "delete a queue with its groups and its dead-letter queue",
 		about: "Deletes a queue with every message, its consumer groups and its dead-letter\nqueue; its consumers receive nothing more. Durable when it returns. A\npublish to the name later creates the queue anew, empty; a queue declared\nin the config file is back, empty, at the next start. In a cluster the\nqueue is deleted from every node, and a node that is down forgets it as\nit starts. Needs the token when the node has one.",
+		confirm: func(a *adminCall) (string, string) {
+			return "This deletes queue " + a.pos[0] + " with every message, its groups and its dead letters", a.pos[0]
+		},
 		run: func(ctx context.Context, a *adminCall) error {
 			return call(ctx, a.c, "DELETE", "/api/v1/queues/"+a.q(0), nil, a.out, func(w io.Writer, r broker.QueueDeleted) {
 				fmt.Fprintf(w, "deleted queue %s with %d messages and %d dead letters\n", r.Queue, r.Messages, r.DeadLetters)
@@ -142,6 +186,9 @@ var adminCommands = []adminSpec{
 	{name: "group delete", args: "QUEUE GROUP", nargs: 2, short: "delete a consumer group with no consumers",
 		about: "Deletes a consumer group that has no consumer connected, with its\nposition. Needs the token when the node has one.",
 		flags: dlqFlag("a group"),
+		confirm: func(a *adminCall) (string, string) {
+			return "This deletes group " + a.pos[1] + " of " + a.pos[0] + " and where it stands in every partition", a.pos[1]
+		},
 		run: func(ctx context.Context, a *adminCall) error {
 			return call(ctx, a.c, "DELETE", "/api/v1/queues/"+a.q(0)+a.dlqPath()+"/groups/"+a.q(1), nil, a.out, func(w io.Writer, r broker.GroupDeleted) {
 				fmt.Fprintf(w, "deleted group %s of %s\n", r.Group, r.Queue)
@@ -157,7 +204,8 @@ var adminCommands = []adminSpec{
 			return call(ctx, a.c, "GET", "/api/v1/queues/"+a.q(0)+"/dlq/messages?"+v.Encode(), nil, a.out, printMessages)
 		}},
 	{name: "dlq purge", args: "QUEUE", nargs: 1, short: "delete every dead letter of the queue (queue purge --dlq)",
-		about: "Deletes every dead letter of a queue: the same as shardq queue purge\nQUEUE --dlq. Needs the token when the node has one.",
+		about:   "Deletes every dead letter of a queue: the same as shardq queue purge\nQUEUE --dlq. Needs the token when the node has one.",
+		confirm: func(a *adminCall) (string, string) { return "This deletes every dead letter of " + a.pos[0], a.pos[0] },
 		run: func(ctx context.Context, a *adminCall) error {
 			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+"/dlq/purge", nil, a.out, printPurge)
 		}},
@@ -411,6 +459,9 @@ func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	c.flags.BoolVar(&o.json, "json", false, "print the API's JSON instead of tables")
 	c.flags.StringVar(&o.cacert, "cacert", "", "a PEM `FILE` of the CAs that signed an https server's certificate (default: the system's)")
 	c.env["server"], c.env["token"], c.env["cacert"] = "SHARDQ_SERVER", "SHARDQ_TOKEN", "SHARDQ_CACERT"
+	if spec.confirm != nil {
+		c.flags.BoolVar(&o.yes, "yes", false, "do not ask for confirmation on a terminal")
+	}
 	pos, err := c.parse(rest, getenv)
 	if errors.Is(err, flag.ErrHelp) || (err == nil && spec.nargs == 0 && slices.Equal(pos, []string{"help"})) {
 		c.usage(stdout)
@@ -444,6 +495,10 @@ func adminCommand(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		out:  &printer{w: stdout, json: o.json},
 		pos:  pos,
 		opts: o,
+	}
+	if ok, err := confirmed(spec, a); err != nil || !ok {
+		fmt.Fprintf(stderr, "shardq %s: not confirmed (%v); nothing was done\n", spec.name, cmp.Or(err, errors.New("the name typed differs")))
+		return 1
 	}
 	if err := spec.run(ctx, a); err != nil {
 		if ue, ok := err.(usageErr); ok {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -276,6 +277,19 @@ func TestAdminCommands(t *testing.T) {
 		if depth < 3 {
 			t.Fatalf("depth %d before purge, want at least the 3 replayed", depth)
 		}
+		// On a terminal the name is asked for, and a wrong one does nothing.
+		var prompt bytes.Buffer
+		answer := "job\n"
+		defer func(f func() (io.Reader, io.Writer, bool)) { confirmInput = f }(confirmInput)
+		confirmInput = func() (io.Reader, io.Writer, bool) { return strings.NewReader(answer), &prompt, true }
+		fails(t, 1, "not confirmed", "queue", "purge", "jobs", "--server", server, "--token", cliToken)
+		if !strings.Contains(prompt.String(), "every message of jobs") || !strings.Contains(prompt.String(), "Type jobs to go on") {
+			t.Errorf("prompt: %q", prompt.String())
+		}
+		if v := jobs(t, server); v.Depth != depth {
+			t.Fatalf("depth %d after a purge not confirmed, want %d", v.Depth, depth)
+		}
+		answer = "jobs\n"
 		out := must(t, "queue", "purge", "jobs", "--server", server, "--token", cliToken)
 		if !strings.Contains(out, fmt.Sprintf("purged %d messages from jobs", depth)) {
 			t.Errorf("purge of %d:\n%s", depth, out)
@@ -283,8 +297,12 @@ func TestAdminCommands(t *testing.T) {
 		if v := jobs(t, server); v.Depth != 0 {
 			t.Errorf("depth %d after purge", v.Depth)
 		}
-		if out := must(t, "queue", "purge", "jobs", "--dlq", "--server", server, "--token", cliToken); !strings.Contains(out, "from jobs/$dlq") {
+		answer, prompt = "", bytes.Buffer{} // --yes does not ask
+		if out := must(t, "queue", "purge", "jobs", "--dlq", "--yes", "--server", server, "--token", cliToken); !strings.Contains(out, "from jobs/$dlq") {
 			t.Errorf("purge --dlq:\n%s", out)
+		}
+		if prompt.Len() != 0 {
+			t.Errorf("asked despite --yes: %q", prompt.String())
 		}
 	})
 
