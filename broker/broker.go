@@ -221,7 +221,7 @@ func newMQTTServer(log *slog.Logger, maxPacketSize, maxQueued int) *mqtt.Server 
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	return mqtt.New(&mqtt.Options{
 		Capabilities: caps,
-		Logger:       log.With("component", "mqtt"),
+		Logger:       slog.New(mqttLog{log.Handler()}).With("component", "mqtt"),
 	})
 }
 
