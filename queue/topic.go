@@ -92,8 +92,11 @@ func TopicName(queue, subject string) string {
 // {q} is a valid queue name, no subject level starts with '$', and no level
 // holds a wildcard. Anything else is ErrInvalidTopic.
 func ParseTopic(topic string) (Topic, error) {
-	if !strings.HasPrefix(topic, TopicPrefix) || strings.ContainsAny(topic, "+#\x00") {
-		return Topic{}, ErrInvalidTopic
+	if !strings.HasPrefix(topic, TopicPrefix) {
+		return Topic{}, fmt.Errorf("%w: %q does not start with %s", ErrInvalidTopic, topic, TopicPrefix)
+	}
+	if strings.ContainsAny(topic, "+#\x00") {
+		return Topic{}, fmt.Errorf("%w: %q holds a wildcard (+ or #) or a NUL: a publish names one topic", ErrInvalidTopic, topic)
 	}
 	rest := topic[len(TopicPrefix):]
 	name, subject, hasSubject := strings.Cut(rest, "/")
@@ -111,11 +114,11 @@ func ParseTopic(topic string) (Topic, error) {
 	case VerbAck, VerbNack, VerbReject, VerbExtend, VerbRelease:
 		return Topic{Queue: name, Verb: subject}, nil
 	case "":
-		return Topic{}, ErrInvalidTopic
+		return Topic{}, fmt.Errorf("%w: %q ends with /: write $queue/%s, or a subject after the /", ErrInvalidTopic, topic, name)
 	}
 	for _, level := range strings.Split(subject, "/") {
 		if strings.HasPrefix(level, "$") {
-			return Topic{}, ErrInvalidTopic
+			return Topic{}, fmt.Errorf("%w: the subject level %q starts with $, which only $dlq and the verbs ($ack, $nack, $reject, $extend, $release) may", ErrInvalidTopic, level)
 		}
 	}
 	return Topic{Queue: name, Subject: subject}, nil

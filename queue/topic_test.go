@@ -138,3 +138,19 @@ func TestQueueNameErrorsNameTheRule(t *testing.T) {
 		}
 	}
 }
+
+// Any other bad queue topic is refused saying what is wrong with it.
+func TestQueueTopicErrorsSayWhy(t *testing.T) {
+	for topic, want := range map[string]string{
+		"$queue/orders/+":    "wildcard",
+		"$queue/orders/#":    "wildcard",
+		"$queue/orders/":     "ends with /",
+		"$queue/orders/$foo": `"$foo" starts with $`,
+		"orders":             "does not start with $queue/",
+	} {
+		_, err := ParseTopic(topic)
+		if !errors.Is(err, ErrInvalidTopic) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseTopic(%q): %v; want ErrInvalidTopic saying %q", topic, err, want)
+		}
+	}
+}
