@@ -72,6 +72,7 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		{"/api/v1/queues", map[string]http.HandlerFunc{"GET": a.listQueues}},
 		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare), "DELETE": a.mutating(a.deleteQueue)}},
 		{"/api/v1/queues/{queue}/messages", map[string]http.HandlerFunc{"GET": a.peek(false)}},
+		{"/api/v1/queues/{queue}/history", map[string]http.HandlerFunc{"GET": a.showHistory}},
 		{"/api/v1/queues/{queue}/consumers", map[string]http.HandlerFunc{"GET": a.queueConsumers}},
 		{"/api/v1/queues/{queue}/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(false))}},
 		{"/api/v1/queues/{queue}/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(false))}},
@@ -213,6 +214,7 @@ func (a *adminAPI) view(q *queue.Queue, detail bool) QueueView {
 		Counts: CountsView{Enqueued: c.Enqueued, Delivered: c.Delivered, Redelivered: c.Redelivered, Acked: c.Acked,
 			Nacked: c.Nacked, Released: c.Released, Rejected: c.Rejected, DeadLettered: c.DeadLettered, Expired: c.Expired,
 			LeasesLost: c.LeasesLost, Deduplicated: c.Deduplicated, Dropped: c.Dropped},
+		Rates: a.b.history.rates(info.Name, now),
 	}
 	if a.b.node != nil {
 		// What applies in the cluster, the defaults included.

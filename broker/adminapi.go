@@ -35,7 +35,10 @@ type QueueView struct {
 	Partitions []PartitionView `json:"partitions,omitempty"`
 	Groups     []GroupView     `json:"groups"`
 	Counts     CountsView      `json:"counts"`
-	DLQ        *QueueView      `json:"dlq,omitempty"`
+	// Rates are over the node's last 5 s sample (summed over the nodes in
+	// a cluster).
+	Rates RatesView  `json:"rates"`
+	DLQ   *QueueView `json:"dlq,omitempty"`
 	// NodesMissing: as in QueueList, in a single queue's view.
 	NodesMissing []string `json:"nodes_missing,omitempty"`
 }

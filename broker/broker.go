@@ -51,6 +51,7 @@ type Broker struct {
 	listeners []*trackingListener
 	addrs     map[string]string
 	admitted  atomic.Int64
+	history   history
 	httpLn    net.Listener
 	httpSrv   *http.Server
 	ready     atomic.Bool
@@ -296,6 +297,7 @@ func (b *Broker) Serve() error {
 	}
 	b.ready.Store(true)
 	go b.cutStuckWrites()
+	go b.sampleHistory()
 	console := ""
 	if b.httpLn != nil {
 		scheme := "http"

@@ -321,6 +321,8 @@ func (a *adminAPI) gatherQueue(r *http.Request, v *QueueView, name string) {
 func mergeQueue(v *QueueView, o QueueView) {
 	v.Depth += o.Depth
 	addCounts(&v.Counts, o.Counts)
+	v.Rates.Enqueued += o.Rates.Enqueued
+	v.Rates.Acked += o.Rates.Acked
 	served := map[int]bool{}
 	for _, p := range o.Partitions {
 		if p.Node == "" {

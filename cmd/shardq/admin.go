@@ -647,7 +647,7 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 
 
 func printQueues(w io.Writer, l broker.QueueList) {
 	t := table(w)
-	fmt.Fprintln(t, "QUEUE\tSOURCE\tPARTITIONS\tDEPTH\tGROUPS\tCONSUMERS\tLAG\tDLQ\tENQUEUED\tACKED")
+	fmt.Fprintln(t, "QUEUE\tSOURCE\tPARTITIONS\tDEPTH\tGROUPS\tCONSUMERS\tLAG\tDLQ\tIN/S\tACKED/S\tENQUEUED\tACKED")
 	for _, q := range l.Queues {
 		consumers, lag := 0, uint64(0)
 		for _, g := range q.Groups {
@@ -658,8 +658,8 @@ func printQueues(w io.Writer, l broker.QueueList) {
 		if q.DLQ != nil {
 			dlq = q.DLQ.Depth
 		}
-		fmt.Fprintf(t, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", q.Name, q.Source, q.Settings.Partitions, q.Depth,
-			len(q.Groups), consumers, lag, dlq, q.Counts.Enqueued, q.Counts.Acked)
+		fmt.Fprintf(t, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%d\t%d\n", q.Name, q.Source, q.Settings.Partitions, q.Depth,
+			len(q.Groups), consumers, lag, dlq, q.Rates.Enqueued, q.Rates.Acked, q.Counts.Enqueued, q.Counts.Acked)
 	}
 	t.Flush()
 	if len(l.Queues) == 0 {
