@@ -320,19 +320,26 @@ func (b *Broker) Serve() error {
 // second of the block drop the message instead: accessHook.OnACLCheck).
 func (b *Broker) cutStuckWrites() {
 	timeout := b.cfg.Protocol.WriteTimeout
-	t := time.NewTicker(min(timeout/4, time.Second))
+	b.every(min(timeout/4, time.Second), func(now time.Time) {
+		for _, l := range b.listeners {
+			for _, remote := range l.cutStuck(now, timeout) {
+				b.log.Warn("closed a connection whose client has not read what it was sent for mqtt.write_timeout",
+					"remote", remote, "write_timeout", timeout)
+			}
+		}
+	})
+}
+
+// every runs f every d until Shutdown.
+func (b *Broker) every(d time.Duration, f func(now time.Time)) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-b.done:
 			return
 		case now := <-t.C:
-			for _, l := range b.listeners {
-				for _, remote := range l.cutStuck(now, timeout) {
-					b.log.Warn("closed a connection whose client has not read what it was sent for mqtt.write_timeout",
-						"remote", remote, "write_timeout", timeout)
-				}
-			}
+			f(now)
 		}
 	}
 }

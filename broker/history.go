@@ -158,14 +158,7 @@ func (a *adminAPI) showHistory(w http.ResponseWriter, r *http.Request) {
 // sampleHistory samples the node's queues every historyEvery until
 // Shutdown.
 func (b *Broker) sampleHistory() {
-	t := time.NewTicker(historyEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.done:
-			return
-		case now := <-t.C:
-			b.history.record(now, b.manager.Queues(), func(q *queue.Queue) uint64 { return q.Info().Depth() })
-		}
-	}
+	b.every(historyEvery, func(now time.Time) {
+		b.history.record(now, b.manager.Queues(), func(q *queue.Queue) uint64 { return q.Info().Depth() })
+	})
 }
