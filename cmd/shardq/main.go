@@ -47,6 +47,7 @@ commands:
   passwd             print a users file line (USER:BCRYPT-HASH) for a user
   migrate-shards     rewrite a stopped node's data directory to another storage.shards
   bench              run a load scenario against any MQTT broker
+  completion         print a bash or zsh completion script
 
 Run "shardq help <command>" (or "shardq <command> --help") for its flags.
 `
@@ -88,6 +89,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return migrateShards(ctx, rest, stdout, stderr)
 	case "bench":
 		return bench.Main(ctx, rest, stdout, stderr)
+	case "completion":
+		return completionCommand(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		return help(rest, stdout, stderr)
 	default:
@@ -104,7 +107,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	switch args[0] {
-	case "serve", "version", "health", "queues", "queue", "group", "dlq", "clients", "client", "cluster", "passwd", "migrate-shards", "bench":
+	case "serve", "version", "health", "queues", "queue", "group", "dlq", "clients", "client", "cluster", "passwd", "migrate-shards", "bench", "completion":
 		return run(append(args[:len(args):len(args)], "--help"), stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "shardq help: unknown command %q\n\n%s", args[0], usage)
