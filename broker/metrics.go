@@ -82,7 +82,7 @@ func (b *Broker) instrument(mo *queue.ManagerOptions) error {
 		m.commitWrites = append(m.commitWrites, commitWrites.WithLabelValues(s))
 		m.commitErrors = append(m.commitErrors, commitErrors.WithLabelValues(s))
 	}
-	for _, c := range append([]prometheus.Collector{commitSeconds, commitWrites, commitErrors, ackLatency, newCollector(b, node), b.disk.collector(node)}, b.sec.collectors()...) {
+	for _, c := range append([]prometheus.Collector{commitSeconds, commitWrites, commitErrors, ackLatencyCollector{m, b}, newCollector(b, node), b.disk.collector(node)}, b.sec.collectors()...) {
 		if err := b.registry.Register(c); err != nil {
 			return err
 		}
@@ -138,6 +138,29 @@ func (m *metrics) observeAck(q string, enqueuedAt time.Time) {
 		o, _ = m.ackByQueue.LoadOrStore(q, m.ackLatency.WithLabelValues(q))
 	}
 	o.(prometheus.Observer).Observe(time.Since(enqueuedAt).Seconds())
+}
+
+// ackLatencyCollector collects shardq_e2e_latency_seconds, first dropping
+// the series of the queues that are gone (deleted here or in the
+// cluster), which would otherwise stay in every scrape.
+type ackLatencyCollector struct {
+	m *metrics
+	b *Broker
+}
+
+func (c ackLatencyCollector) Describe(ch chan<- *prometheus.Desc) { c.m.ackLatency.Describe(ch) }
+
+func (c ackLatencyCollector) Collect(ch chan<- prometheus.Metric) {
+	if mgr := c.b.manager; mgr != nil {
+		c.m.ackByQueue.Range(func(k, _ any) bool {
+			if q := k.(string); mgr.Queue(q) == nil {
+				c.m.ackByQueue.Delete(q)
+				c.m.ackLatency.DeleteLabelValues(q)
+			}
+			return true
+		})
+	}
+	c.m.ackLatency.Collect(ch)
 }
 
 type mqttInfo = system.Info

@@ -398,6 +398,14 @@ func TestMetricsDashboardAndAlertsQueryExportedNames(t *testing.T) {
 	for _, s := range samples {
 		exported[s.name] = true
 	}
+	// A single node exports no cluster metric: those are the names
+	// cluster/metrics.go defines (a histogram's series add a suffix).
+	for _, m := range regexp.MustCompile(`Name: +"(shardq_cluster_[a-z0-9_]+)"`).FindAllStringSubmatch(readDoc(t, "../cluster/metrics.go"), -1) {
+		exported[m[1]] = true
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			exported[m[1]+suffix] = true
+		}
+	}
 	name := regexp.MustCompile(`\b(?:shardq|go|process)_[a-z0-9_]+\b`)
 	for _, file := range []string{"../examples/grafana/shardq.json", "../examples/shardq-alerts.yml"} {
 		used := name.FindAllString(readDoc(t, file), -1)
@@ -408,6 +416,26 @@ func TestMetricsDashboardAndAlertsQueryExportedNames(t *testing.T) {
 			if !exported[m] {
 				t.Errorf("%s queries %s, which a node does not export", file, m)
 			}
+		}
+	}
+}
+
+// A deleted queue's series leave the scrape, its latency histogram too.
+func TestMetricsOfADeletedQueueGo(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	prod.publish("$queue/gone", []byte("x"))
+	cons := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+	cons.subscribe(1, nil, "$share/g/$queue/gone")
+	cons.puback(cons.next(5*time.Second), 0)
+	scrapeUntil(t, b, []expectation{{"shardq_e2e_latency_seconds_count", lbl("gone"), 1}})
+	cons.close()
+	if status, body := call(t, b, http.MethodDelete, "/api/v1/queues/gone", "", ""); status != http.StatusOK {
+		t.Fatalf("DELETE: HTTP %d %s", status, body)
+	}
+	for _, s := range scrape(t, b) {
+		if q := s.labels["queue"]; q == "gone" || q == "gone/$dlq" {
+			t.Errorf("after the delete: %s%v", s.name, s.labels)
 		}
 	}
 }
