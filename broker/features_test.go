@@ -598,3 +598,30 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// SPEC 12, start: a subscription with user property start=latest makes a
+// new group that sees only what is published after it; a start that is
+// neither earliest nor latest is refused.
+func TestSubscriptionStartLatest(t *testing.T) {
+	b := startBroker(t, t.TempDir(), nil)
+	p := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	for _, m := range []string{"old1", "old2"} {
+		if rc := p.publish("$queue/feed", []byte(m), "key", m); rc != 0 {
+			t.Fatalf("publish %s: 0x%02x", m, rc)
+		}
+	}
+	c := dialRaw(t, b.MQTTAddr(), "c", connectOpts{})
+	if rc := c.subscribe(1, map[string]string{"start": "sideways"}, "$share/new/$queue/feed"); rc[0] != 0x8F {
+		t.Fatalf("start=sideways: SUBACK %#x, want 0x8F", rc[0])
+	}
+	if rc := c.subscribe(1, map[string]string{"start": "latest"}, "$share/new/$queue/feed"); rc[0] != 1 {
+		t.Fatalf("start=latest: SUBACK %#x, want 1", rc[0])
+	}
+	if rc := p.publish("$queue/feed", []byte("new"), "key", "new"); rc != 0 {
+		t.Fatalf("publish: 0x%02x", rc)
+	}
+	if m := c.next(5 * time.Second); m == nil || string(m.Payload) != "new" {
+		t.Fatalf("the group starting at latest got %v first, want new", m)
+	}
+	c.none(200 * time.Millisecond)
+}

@@ -218,7 +218,7 @@ func (rs *remoteSub) stream(ctx context.Context, node string, cs *consumeStream)
 		ps[i] = int32(x)
 	}
 	if err := s.Send(&pb.ConsumeUp{Subscribe: &pb.Subscribe{Queue: rs.f.Queue, Group: rs.f.Group, Shared: rs.f.Shared,
-		AllSubjects: rs.f.AllSubjects, Partitions: ps, Prefetch: int32(rs.o.Prefetch), Explicit: rs.o.Explicit,
+		AllSubjects: rs.f.AllSubjects, Partitions: ps, Prefetch: int32(rs.o.Prefetch), Explicit: rs.o.Explicit, Start: string(rs.o.Start),
 		Credit: rs.window(), Node: rs.n.opts.NodeID}}); err != nil {
 		return err
 	}
@@ -441,7 +441,7 @@ func (s *server) Consume(stream pb.Node_ConsumeServer) error {
 		return stream.Send(&pb.ConsumeDown{Error: toResult(0, err)})
 	}
 	sr := &streamReceiver{wake: make(chan struct{}, 1)}
-	o := queue.ConsumerOptions{Prefetch: int(sub.Prefetch), Explicit: sub.Explicit, Credit: queue.NewCredit(int(max(1, sub.Credit)))}
+	o := queue.ConsumerOptions{Prefetch: int(sub.Prefetch), Explicit: sub.Explicit, Start: queue.Start(sub.Start), Credit: queue.NewCredit(int(max(1, sub.Credit)))}
 	f := queue.Filter{Queue: sub.Queue, Group: sub.Group, Shared: sub.Shared, AllSubjects: sub.AllSubjects}
 	c, err := s.n.m.Subscribe(ctx, f, sr, o)
 	if err != nil {

@@ -63,6 +63,7 @@
 //	    retry_backoff_max: 5m
 //	    prefetch: 1024
 //	    key_inflight: 1     # ordering key: messages of one key unsettled at once
+//	    start: earliest     # where a new group starts: earliest | latest
 //	    durability: fsync   # fsync | async
 //	    qos0: allow         # allow | refuse: subscriptions at QoS 0
 //	    max_age: 168h

@@ -16,6 +16,7 @@ const (
 	propGroup      = "group"
 	propPrefetch   = "prefetch"
 	propPartitions = "partitions"
+	propStart      = "start"
 )
 
 // subscription is one queue subscription of a client: a consumer of a group.
@@ -126,6 +127,11 @@ func subscriptionOptions(f queue.Filter, sub packets.Subscription, props []packe
 			default:
 				return o, fmt.Errorf("%w: ack %q is not puback or explicit", errBadProperty, u.Val)
 			}
+		case propStart:
+			if err := queue.CheckStart(queue.Start(u.Val)); err != nil || u.Val == "" {
+				return o, fmt.Errorf("%w: start %q is not earliest or latest (where a new group starts)", errBadProperty, u.Val)
+			}
+			o.Start = queue.Start(u.Val)
 		case propPartitions:
 			ps, err := parsePartitions(u.Val, partitions)
 			if err != nil {

@@ -44,6 +44,9 @@ type ConsumerOptions struct {
 	// Partitions, when set, are the only partitions this consumer takes;
 	// the group's other consumers share the rest.
 	Partitions []int
+	// Start is where the group starts if this subscription creates it
+	// ("": the queue's start).
+	Start Start
 	// Credit, when set, is shared by every consumer of one connection: a
 	// delivery takes one and its PUBACK (or the end of the connection)
 	// gives it back, whatever queue it came from. It carries MQTT 5

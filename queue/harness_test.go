@@ -221,6 +221,7 @@ func (h *harness) mustPublish(q string, ms ...msg) {
 // sub is a subscription's settings.
 type sub struct {
 	group      string // "" is the group "g"
+	start      queue.Start
 	prefetch   int    // 0 is the queue's prefetch
 	explicit   bool   // settled by explicit calls; the PUBACK is received()
 	partitions []int  // the only partitions the consumer takes
@@ -303,7 +304,7 @@ func (h *harness) trySubscribe(q, name string, s sub) (*consumer, error) {
 	h.consumers[name] = c
 	h.mu.Unlock()
 	qc, err := h.m.Subscribe(context.Background(), queue.Filter{Queue: q, Group: group}, c, queue.ConsumerOptions{
-		Prefetch: s.prefetch, Explicit: s.explicit, Partitions: s.partitions, Credit: s.credit,
+		Prefetch: s.prefetch, Explicit: s.explicit, Partitions: s.partitions, Credit: s.credit, Start: s.start,
 	})
 	if err != nil {
 		h.mu.Lock()

@@ -29,6 +29,25 @@ const (
 	DurabilityAsync Durability = "async"
 )
 
+// Start says where a new consumer group starts.
+type Start string
+
+const (
+	// StartEarliest: at the oldest retained message.
+	StartEarliest Start = "earliest"
+	// StartLatest: after the newest message, so only what is published
+	// from then on.
+	StartLatest Start = "latest"
+)
+
+// CheckStart reports whether s is a start ("" is the default).
+func CheckStart(s Start) error {
+	if s != "" && s != StartEarliest && s != StartLatest {
+		return fmt.Errorf("start must be earliest or latest, got %q", s)
+	}
+	return nil
+}
+
 // Overflow says what a full queue does with a new publish.
 type Overflow string
 
@@ -66,6 +85,9 @@ type Options struct {
 	// be unsettled at once in a group, all with one consumer (0 is 1).
 	KeyInflight int        `yaml:"key_inflight" json:"key_inflight"`
 	Durability  Durability `yaml:"durability" json:"durability"`
+	// Start is where a new group starts: StartEarliest ("" too) or
+	// StartLatest. A subscription may say otherwise (ConsumerOptions).
+	Start Start `yaml:"start" json:"start"`
 	// QoS0 says whether a consumer may subscribe at QoS 0 ("" is allow).
 	QoS0 QoS0Policy `yaml:"qos0" json:"qos0"`
 
@@ -138,6 +160,8 @@ func (o Options) Validate() error {
 		return &FieldError{"prefetch", fmt.Sprintf("must be between 1 and 65535, got %d", o.Prefetch)}
 	case o.KeyInflight < 0 || o.KeyInflight > 65535:
 		return &FieldError{"key_inflight", fmt.Sprintf("must be between 1 and 65535, got %d", o.KeyInflight)}
+	case CheckStart(o.Start) != nil:
+		return &FieldError{"start", fmt.Sprintf("must be earliest or latest, got %q", o.Start)}
 	case o.Durability != DurabilityFsync && o.Durability != DurabilityAsync:
 		return &FieldError{"durability", fmt.Sprintf("must be fsync or async, got %q", o.Durability)}
 	case o.QoS0 != "" && o.QoS0 != QoS0Allow && o.QoS0 != QoS0Refuse:

@@ -265,7 +265,11 @@ func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consume
 	if err := q.checkPartitionsLocked(q.groups[group], group, o.Partitions); err != nil {
 		return nil, err
 	}
-	g := q.groupLocked(group)
+	start := o.Start
+	if start == "" {
+		start = q.opts.Start
+	}
+	g := q.groupLocked(group, start)
 	c := &Consumer{q: q, g: g, r: r, explicit: o.Explicit, partitions: slices.Clone(o.Partitions), shared: o.Credit,
 		window: newWindow(prefetch)}
 	c.credit.Store(int64(c.window.Size()))
@@ -296,7 +300,7 @@ func (q *Queue) checkPartitionsLocked(g *group, name string, ps []int) error {
 
 // groupLocked returns the group, creating and persisting it if it is new.
 // Every lock of the queue must be held.
-func (q *Queue) groupLocked(name string) *group {
+func (q *Queue) groupLocked(name string, start Start) *group {
 	if g := q.groups[name]; g != nil {
 		return g
 	}
@@ -305,6 +309,11 @@ func (q *Queue) groupLocked(name string) *group {
 	for _, cur := range g.cursors {
 		if !cur.p.owned {
 			continue
+		}
+		if start == StartLatest {
+			// Everything up to the newest append counts as settled for it.
+			off := cur.p.next
+			cur.floor, cur.next, cur.delivered, cur.savedDelivered, cur.mark, cur.asked = off, off, off, off, off, off
 		}
 		cur.p.flushLocked(&Batch{Floors: []FloorWrite{{Queue: q.name, Group: name, Partition: cur.p.index, Floor: cur.floor}}})
 		cur.savedFloor = cur.floor

@@ -804,8 +804,11 @@ type Subscribe struct {
 	Explicit    bool                   `protobuf:"varint,7,opt,name=explicit,proto3" json:"explicit,omitempty"`
 	// credit is how many deliveries the server may have outstanding on
 	// this stream before the caller grants more.
-	Credit        int32  `protobuf:"varint,8,opt,name=credit,proto3" json:"credit,omitempty"`
-	Node          string `protobuf:"bytes,9,opt,name=node,proto3" json:"node,omitempty"` // the caller's node id
+	Credit int32  `protobuf:"varint,8,opt,name=credit,proto3" json:"credit,omitempty"`
+	Node   string `protobuf:"bytes,9,opt,name=node,proto3" json:"node,omitempty"` // the caller's node id
+	// start is where a group this subscription creates starts: "" or
+	// "earliest" (the oldest retained message), or "latest".
+	Start         string `protobuf:"bytes,10,opt,name=start,proto3" json:"start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -899,6 +902,13 @@ func (x *Subscribe) GetCredit() int32 {
 func (x *Subscribe) GetNode() string {
 	if x != nil {
 		return x.Node
+	}
+	return ""
+}
+
+func (x *Subscribe) GetStart() string {
+	if x != nil {
+		return x.Start
 	}
 	return ""
 }
@@ -2661,7 +2671,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xf6\x01\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\x8c\x02\n" +
 	"\tSubscribe\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
@@ -2673,7 +2683,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\bprefetch\x18\x06 \x01(\x05R\bprefetch\x12\x1a\n" +
 	"\bexplicit\x18\a \x01(\bR\bexplicit\x12\x16\n" +
 	"\x06credit\x18\b \x01(\x05R\x06credit\x12\x12\n" +
-	"\x04node\x18\t \x01(\tR\x04node\"]\n" +
+	"\x04node\x18\t \x01(\tR\x04node\x12\x14\n" +
+	"\x05start\x18\n" +
+	" \x01(\tR\x05start\"]\n" +
 	"\tConsumeUp\x12:\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x1c.shardq.cluster.v1.SubscribeR\tsubscribe\x12\x14\n" +
 	"\x05grant\x18\x02 \x01(\x05R\x05grant\"\xbe\x01\n" +
