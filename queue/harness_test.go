@@ -222,9 +222,9 @@ func (h *harness) mustPublish(q string, ms ...msg) {
 type sub struct {
 	group      string // "" is the group "g"
 	start      queue.Start
-	prefetch   int    // 0 is the queue's prefetch
-	explicit   bool   // settled by explicit calls; the PUBACK is received()
-	partitions []int  // the only partitions the consumer takes
+	prefetch   int   // 0 is the queue's prefetch
+	explicit   bool  // settled by explicit calls; the PUBACK is received()
+	partitions []int // the only partitions the consumer takes
 	credit     *queue.Credit
 	// onDeliver, if set, sees every delivery as it is made, on the
 	// goroutine that makes it; it must not call back into the harness's
