@@ -1,7 +1,10 @@
 package cluster_test
 
 import (
+	"io"
+	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,4 +50,61 @@ func TestBusyConsumerLeavesTheRestToOthers(t *testing.T) {
 			seen[string(p.Payload)] = true
 		}
 	}
+}
+
+// TestGroupStartLatestAcrossNodes: a subscription with start=latest on a
+// node that serves none of the queue's partitions makes a group that,
+// on the node that does, starts after the newest message.
+func TestGroupStartLatestAcrossNodes(t *testing.T) {
+	cfg := configFile(t, "queues:\n  declared:\n    feed:\n      partitions: 4\n      replication_factor: 1\n      ordering: none\n"+
+		"cluster:\n  placement:\n    - queues: \"feed\"\n      nodes: [a]\n")
+	c := newCluster(t, "--config", cfg)
+	a := c.start("a")
+	b := c.start("b")
+	c.waitOwned("feed", 4, 15*time.Second, "a")
+	prod := dial(t, a.mqtt, "producer", 64)
+	publish := func(prefix string) {
+		for i := range 8 {
+			if code, err := prod.publish("$queue/feed", "k"+strconv.Itoa(i), message(prefix, i)); err != nil || code != 0 {
+				t.Fatalf("publish: %#x %v", code, err)
+			}
+		}
+	}
+	publish("old")
+	cons := dial(t, b.mqtt, "late", 64)
+	cons.subscribeWith("$share/audit/$queue/feed", map[string]string{"start": "latest"})
+	// The group starts when the subscription reaches a, shortly after
+	// the SUBACK: a's view of the queue names it then.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if strings.Contains(localView(t, a.http, "feed"), `"name": "audit"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("group audit not on a 10s after the subscription")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	publish("new")
+	waitCount(t, 8, 10*time.Second, cons)
+	for _, p := range cons.received() {
+		if !strings.HasPrefix(string(p.Payload), "new") {
+			t.Errorf("the group starting at latest got %q, published before it", p.Payload)
+		}
+	}
+}
+
+// localView is the queue's view of the node at addr alone (the header the
+// nodes use between themselves), not the cluster's.
+func localView(t *testing.T, addr, q string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/v1/queues/"+q, nil)
+	req.Header.Set("X-Shardq-Local", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
 }

@@ -398,9 +398,22 @@ func dialWith(t testing.TB, addr, id string, rm uint16, manual, clean bool) *cli
 
 func (cl *client) subscribe(filter string) {
 	cl.t.Helper()
+	cl.subscribeWith(filter, nil)
+}
+
+// subscribeWith subscribes with the user properties props.
+func (cl *client) subscribeWith(filter string, props map[string]string) {
+	cl.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sa, err := cl.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+	s := &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}}
+	if len(props) > 0 {
+		s.Properties = &paho.SubscribeProperties{}
+		for k, v := range props {
+			s.Properties.User = append(s.Properties.User, paho.UserProperty{Key: k, Value: v})
+		}
+	}
+	sa, err := cl.c.Subscribe(ctx, s)
 	if err != nil {
 		cl.t.Fatalf("subscribe %s: %v", filter, err)
 	}
