@@ -61,7 +61,7 @@ func TestPlainSubscriberThatStopsReading(t *testing.T) {
 		cut     bool // the stuck client's socket fills before its queue: it is disconnected
 		dropped int  // at least this many dropped
 	}{
-		{"its queue fills first", 2 << 10, 100, false, 1000},
+		{"its queue fills first", 512, 100, false, 1000}, // 100 of 512 bytes fit in any socket buffer
 		{"its socket fills first", 100 << 10, 1000, true, 0},
 	}
 	for _, tc := range cases {
