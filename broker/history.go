@@ -65,7 +65,10 @@ func (h *history) record(now time.Time, queues []*queue.Queue, depth func(*queue
 		for drop < len(ss)-1 && now.Sub(ss[drop].Until) > historyKeep {
 			drop++
 		}
-		h.queues[name] = append(ss[:0:0], ss[drop:]...)
+		if drop > 0 {
+			ss = append(ss[:0:0], ss[drop:]...) // let the old array go
+		}
+		h.queues[name] = ss
 	}
 	for name := range h.queues {
 		if !seen[name] {

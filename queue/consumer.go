@@ -101,6 +101,12 @@ func (c *Credit) take(g *group) bool {
 // give returns one credit; the groups waiting for it go to k.
 func (c *Credit) give(k *kicks) {
 	c.n.Add(1)
+	c.wake(k)
+}
+
+// wake hands the groups waiting for a credit to k and tells the watcher
+// that one came back.
+func (c *Credit) wake(k *kicks) {
 	c.mu.Lock()
 	w := c.waiting
 	c.waiting = nil
@@ -195,18 +201,21 @@ func (c *Consumer) resize(d int64, k *kicks) {
 func (c *Consumer) Window() int { return c.window.Size() }
 
 // giveBack returns a credit taken for a delivery that did not happen.
-// While it was taken, the cursor of another partition may have found the
-// consumer (or its connection) without credit and marked itself starved:
-// those are kicked, from a goroutine of their own since the caller holds a
-// partition's lock. Without that kick such a cursor waited for the next
-// settlement or timer pass.
+// When that credit was the last one, the cursor of another partition may
+// have found the consumer (or its connection) without credit meanwhile and
+// marked itself starved (or waiting): those are kicked, from a goroutine
+// of their own since the caller holds a partition's lock. Without that
+// kick such a cursor waited for the next settlement or timer pass. When
+// credit was left, no one can have waited, and nothing more is done: this
+// runs on every dispatch that finds nothing to deliver.
 func (c *Consumer) giveBack() {
-	c.credit.Add(1)
 	var k kicks
-	if c.shared != nil {
-		c.shared.give(&k)
+	if c.credit.Add(1) == 1 {
+		k.add(c.g)
 	}
-	k.add(c.g)
+	if c.shared != nil && c.shared.n.Add(1) == 1 {
+		c.shared.wake(&k)
+	}
 	if len(k) > 0 {
 		go k.run()
 	}
