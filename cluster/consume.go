@@ -44,6 +44,10 @@ type remoteSub struct {
 // consumeStream is the stream of a consumer here to one node.
 type consumeStream struct {
 	cancel context.CancelFunc
+	// open: the stream is up (rs.mu). left: etcd's view lost the node
+	// while it was; the stream goes on until it breaks, and is not
+	// opened again unless the node is back by then (rs.mu).
+	open, left bool
 	// grants are window credits to send up the stream; wake tells its
 	// sender.
 	grants int32
@@ -149,19 +153,42 @@ func (rs *remoteSub) refresh() {
 	seen := map[string]bool{}
 	for _, id := range live {
 		seen[id] = true
-		if rs.streams[id] == nil {
-			ctx, cancel := context.WithCancel(rs.n.ctx)
-			cs := &consumeStream{cancel: cancel, wake: make(chan struct{}, 1)}
-			rs.streams[id] = cs
-			go rs.run(ctx, id, cs)
+		if cs := rs.streams[id]; cs != nil {
+			cs.left = false
+			continue
 		}
+		ctx, cancel := context.WithCancel(rs.n.ctx)
+		cs := &consumeStream{cancel: cancel, wake: make(chan struct{}, 1)}
+		rs.streams[id] = cs
+		go rs.run(ctx, id, cs)
 	}
 	for id, cs := range rs.streams {
-		if !seen[id] {
-			cs.cancel()
-			delete(rs.streams, id)
-			delete(rs.owed, id)
+		if seen[id] {
+			continue
 		}
+		if cs.open {
+			// etcd's view lost the node, but the stream to it is up: the
+			// node may only have lost its lease for a moment (etcd was
+			// out of reach, or paused past the lease), and it may lead
+			// its replicated partitions on meanwhile. Ending the stream
+			// would end there the leases of everything this consumer
+			// holds from it, and give those messages to another consumer
+			// of the group while this one still has them. A node that is
+			// really gone breaks the stream (peerKeepalive), and then
+			// the stream stops (run).
+			cs.left = true
+			continue
+		}
+		rs.dropStream(id, cs)
+	}
+}
+
+// dropStream ends the stream to node; rs.mu is held.
+func (rs *remoteSub) dropStream(node string, cs *consumeStream) {
+	cs.cancel()
+	if rs.streams[node] == cs {
+		delete(rs.streams, node)
+		delete(rs.owed, node)
 	}
 }
 
@@ -189,6 +216,12 @@ func (rs *remoteSub) run(ctx context.Context, node string, cs *consumeStream) {
 		rs.mu.Lock()
 		delete(rs.owed, node)
 		cs.grants = 0
+		cs.open = false
+		if cs.left {
+			// The node left the view while the stream was up, and the
+			// stream broke since: the node is gone (refresh).
+			rs.dropStream(node, cs)
+		}
 		rs.mu.Unlock()
 		if ctx.Err() != nil {
 			return
@@ -222,6 +255,9 @@ func (rs *remoteSub) stream(ctx context.Context, node string, cs *consumeStream)
 		Credit: rs.window(), Node: rs.n.opts.NodeID}}); err != nil {
 		return err
 	}
+	rs.mu.Lock()
+	cs.open = true
+	rs.mu.Unlock()
 	go rs.sendGrants(ctx, s, cs)
 	for {
 		down, err := s.Recv()

@@ -1,12 +1,16 @@
 package cluster_test
 
 import (
+	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestBusyConsumerLeavesTheRestToOthers: two consumers of one group on a
@@ -107,4 +111,82 @@ func localView(t *testing.T, addr, q string) string {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return string(body)
+}
+
+// TestLeaseOutlivesAMembershipBlip: a consumer on one node holds a message
+// of a partition led on another; etcd then ends the leader's lease (as it
+// does after a pause of etcd longer than the lease, with the renewals held
+// up). The leader joins again at once and leads on under raft; the message
+// stays the first consumer's, however long it holds it: no other consumer
+// of the group gets it while the first is connected and has not settled.
+func TestLeaseOutlivesAMembershipBlip(t *testing.T) {
+	cfg := configFile(t, "queues:\n  declared:\n    held:\n      partitions: 1\n      replication_factor: 3\n      ordering: none\n")
+	c := newCluster(t, "--config", cfg)
+	nodes := map[string]*node{"a": c.start("a"), "b": c.start("b"), "c": c.start("c")}
+	prod := dial(t, nodes["a"].mqtt, "producer", 64)
+	if code, err := prod.publish("$queue/held", "k", message("m", 0)); err != nil || code != 0 {
+		t.Fatalf("publish: %#x %v", code, err)
+	}
+	leader := c.waitOwned("held", 1, 15*time.Second, "a", "b", "c")[0].Owner
+	other := "a"
+	if leader == "a" {
+		other = "b"
+	}
+	holder := dialManual(t, nodes[other].mqtt, "holder", 10)
+	holder.subscribe("$share/g/$queue/held")
+	waitCount(t, 1, 10*time.Second, holder)
+	rival := dial(t, nodes[leader].mqtt, "rival", 10)
+	rival.subscribe("$share/g/$queue/held")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, "/shardq/nodes/"+leader)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("reading node %s's key: %v", leader, err)
+	}
+	var info struct {
+		Session int64 `json:"session"`
+	}
+	if err := json.Unmarshal(resp.Kvs[0].Value, &info); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.cli.Revoke(ctx, clientv3.LeaseID(info.Session)); err != nil {
+		t.Fatalf("revoking node %s's lease: %v", leader, err)
+	}
+	// Back as a member under a new lease, and every node's view has
+	// seen it leave and come back; then as long again as a consumer
+	// stream takes to be opened and serve (well under the queue's 30 s
+	// ack_timeout, which would end the lease).
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := c.cli.Get(ctx, "/shardq/nodes/"+leader)
+		if err == nil && len(resp.Kvs) == 1 && !strings.Contains(string(resp.Kvs[0].Value), strconv.FormatInt(info.Session, 10)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s did not join again within 15s", leader)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, n := range nodes {
+		n.waitReady(t, 10*time.Second)
+	}
+	time.Sleep(3 * time.Second)
+	if got := rival.received(); len(got) != 0 {
+		t.Fatalf("%s was delivered to a second consumer while the first, still connected, held it", got[0].Payload)
+	}
+	// The holder settles; the group goes on with the next message.
+	if err := holder.c.Ack(holder.received()[0]); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := prod.publish("$queue/held", "k", message("m", 1)); err != nil || code != 0 {
+		t.Fatalf("publish after the blip: %#x %v", code, err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for len(rival.received())+len(holder.received()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the message published after the blip was not delivered within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
