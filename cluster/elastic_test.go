@@ -146,6 +146,19 @@ func TestGrowAndDrain(t *testing.T) {
 		}
 		return leads > 0
 	})
+	// Each replica d took was added to its group under a raft id of its
+	// own (multiraft/ids.go), which the record names.
+	ids := map[uint64]bool{}
+	for p, o := range c.owners("orders") {
+		if !slices.Contains(o.Replicas, "d") {
+			continue
+		}
+		id := o.IDs["d"]
+		if id == 0 || ids[id] {
+			t.Errorf("partition %d: d's replica has raft id %d (ids %v)", p, id, o.IDs)
+		}
+		ids[id] = true
+	}
 	waitAcked(t, l, l.ackedCount()+200)
 
 	drained := time.Now()
@@ -237,6 +250,20 @@ func TestPlacementAtRuntime(t *testing.T) {
 	waitAcked(t, l, l.ackedCount()+200)
 	c.admin("c", http.MethodPut, "/api/v1/cluster/placement", `{"rules":[]}`)
 	c.waitPlaced("orders", 8, abcd, nil, 2*time.Minute)
+	// a, removed from every partition, came back to some as a new
+	// replica: under a raft id of its own, not the one it had.
+	back := 0
+	for p, o := range c.owners("orders") {
+		if slices.Contains(o.Replicas, "a") {
+			back++
+			if id := o.IDs["a"]; id == 0 {
+				t.Errorf("partition %d: a is a replica again under its first raft id (ids %v)", p, o.IDs)
+			}
+		}
+	}
+	if back == 0 {
+		t.Error("a came back to no partition")
+	}
 
 	for _, bad := range []struct{ body, want string }{
 		{`{"rules":[{"queues":"ord*","nodes":["zz"]}]}`, `names node "zz", which never joined`},

@@ -89,6 +89,11 @@ type Ownership struct {
 	// vote.
 	Replicas []string `json:"replicas,omitempty"`
 	Learners []string `json:"learners,omitempty"`
+	// IDs are the raft ids of the replicas and learners that are not
+	// multiraft.ID(node), by node: those added to the group after it
+	// was created, each under an id of its own (multiraft/ids.go). A
+	// node added reads its id here.
+	IDs map[string]uint64 `json:"ids,omitempty"`
 	// Term is the raft term of the leader that claimed a replicated
 	// partition: a leader of an older term, paused or cut off, may not
 	// claim it back.
@@ -844,7 +849,7 @@ func (n *Node) claim(ctx context.Context, id queue.PartitionID, prev *Ownership,
 	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	if prev != nil {
 		next.Epoch = prev.Epoch + 1
-		next.Replicas, next.Learners = prev.Replicas, prev.Learners
+		next.Replicas, next.Learners, next.IDs = prev.Replicas, prev.Learners, prev.IDs
 		next.Term, next.Incarnation = prev.Term, prev.Incarnation
 		cmp = clientv3.Compare(clientv3.ModRevision(key), "=", prev.rev)
 	}
@@ -854,7 +859,7 @@ func (n *Node) claim(ctx context.Context, id queue.PartitionID, prev *Ownership,
 // claimLeader records this node, raft leader of id in term, as its owner
 // with the next epoch, if the record is still prev.
 func (n *Node) claimLeader(ctx context.Context, id queue.PartitionID, prev Ownership, session int64, term uint64) (Ownership, bool, error) {
-	next := Ownership{Owner: n.opts.NodeID, Epoch: prev.Epoch + 1, Session: session, Replicas: prev.Replicas, Learners: prev.Learners, Term: term, Incarnation: prev.Incarnation}
+	next := Ownership{Owner: n.opts.NodeID, Epoch: prev.Epoch + 1, Session: session, Replicas: prev.Replicas, Learners: prev.Learners, IDs: prev.IDs, Term: term, Incarnation: prev.Incarnation}
 	return n.writeOwnership(ctx, id, clientv3.Compare(clientv3.ModRevision(n.keys.owner(id)), "=", prev.rev), next)
 }
 

@@ -237,6 +237,8 @@ type ownership struct {
 	Epoch    uint64   `json:"epoch"`
 	Replicas []string `json:"replicas"`
 	Learners []string `json:"learners"`
+	// IDs: the raft ids of replicas added to the group, by node.
+	IDs map[string]uint64 `json:"ids"`
 }
 
 // owners reads the owners of the queue's partitions from etcd.

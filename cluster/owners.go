@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -540,9 +541,13 @@ func (n *Node) reconcileReplicated(id queue.PartitionID, rec Ownership, has bool
 		n.raft.closeRemoved(id, rec)
 		return true
 	}
-	r, err := n.raft.ensureGroup(id, rec.Incarnation, rec.Replicas)
+	r, err := n.raft.ensureGroup(id, rec.Incarnation, rec.Replicas, rec.IDs)
 	if errors.Is(err, errOldIncarnation) {
 		n.log.Info("waiting for the raft group of a deleted incarnation to close", "partition", id.String(), "err", err)
+		return false
+	}
+	if errors.Is(err, errOldReplica) {
+		n.log.Info("waiting for the replica this node was before it was added again to close", "partition", id.String(), "err", err)
 		return false
 	}
 	if err != nil {
@@ -765,9 +770,10 @@ func (n *Node) maintainReplicas(id queue.PartitionID, rep *replica, rec Ownershi
 	if len(voters) == 0 {
 		return false
 	}
-	if !sameSet(voters, rec.Replicas) || !sameSet(learners, rec.Learners) {
+	ids := rep.g.IDs()
+	if !sameSet(voters, rec.Replicas) || !sameSet(learners, rec.Learners) || !maps.Equal(ids, rec.IDs) {
 		next := rec
-		next.Replicas, next.Learners = voters, learners
+		next.Replicas, next.Learners, next.IDs = voters, learners, ids
 		key := n.keys.owner(id)
 		if _, _, err := n.writeOwnership(n.ctx, id, clientv3.Compare(clientv3.ModRevision(key), "=", rec.rev), next); err != nil {
 			n.log.Warn("recording a partition's replicas", "partition", id.String(), "err", err)

@@ -227,10 +227,15 @@ type proposal struct {
 // earlier incarnation of the partition's queue is still closing here.
 var errOldIncarnation = errors.New("cluster: the raft group of a deleted incarnation of the queue is still closing")
 
+// errOldReplica is ensureGroup's error while the replica this node was in
+// a group, before it was removed and added again under another raft id,
+// is still closing.
+var errOldReplica = errors.New("cluster: the replica this node was before it was added again is still closing")
+
 // ensureGroup starts the replica of partition id of the queue's
 // incarnation inc on this node, from its stored state, or new with
-// replicas as its voters.
-func (h *raftHost) ensureGroup(id queue.PartitionID, inc uint64, replicas []string) (*replica, error) {
+// replicas as its voters and the raft ids ids (multiraft.Host.Open).
+func (h *raftHost) ensureGroup(id queue.PartitionID, inc uint64, replicas []string, ids map[string]uint64) (*replica, error) {
 	name := groupName(id, inc)
 	h.mu.Lock()
 	r := h.replicas[id]
@@ -239,6 +244,12 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, inc uint64, replicas []stri
 		if r.name != name {
 			r.g.Close()
 			return nil, fmt.Errorf("%w: %s", errOldIncarnation, r.name)
+		}
+		if want, ok := ids[h.n.opts.NodeID]; ok && r.isOpen() && r.g.Self() != want {
+			// Removed and added again, under a new id, before this node
+			// closed its earlier replica: that one's log is of no use.
+			r.g.Close()
+			return nil, fmt.Errorf("%w: %s", errOldReplica, r.name)
 		}
 		return r, nil
 	}
@@ -261,7 +272,7 @@ func (h *raftHost) ensureGroup(id queue.PartitionID, inc uint64, replicas []stri
 	}
 	h.replicas[id] = r
 	h.mu.Unlock()
-	if _, err := h.mr.Open(name, replicas, r); err != nil {
+	if _, err := h.mr.Open(name, replicas, ids, r); err != nil {
 		h.mu.Lock()
 		delete(h.replicas, id)
 		h.mu.Unlock()

@@ -11,16 +11,19 @@
 //
 //	h := multiraft.New(multiraft.Options{NodeID: "a", Store: store, Transport: t})
 //	go h.Run(ctx)
-//	g, err := h.Open("orders/0", []string{"a", "b", "c"}, sm)
+//	g, err := h.Open("orders/0", []string{"a", "b", "c"}, nil, sm)
 //	// a peer's message: h.Step("orders/0", m)
 //	// sm.Propose, on the driver goroutine: g.Propose(g.LeaderTerm(), data)
 //
 // # Replicas
 //
-// A group's replicas are node names; a node's raft id is ID(node). A new
-// group starts from an initial state every replica shares: a snapshot of
-// nothing at index 1. Its first replica campaigns at once. A replica
-// change is a raft configuration change whose context names the node.
+// A group's replicas are node names. Its first replicas have the raft
+// ids ID(node); a replica added later gets a fresh id, so a node removed
+// and added again is a new replica that no message to the one it was
+// reaches (ids.go). A new group starts from an initial state every
+// replica shares: a snapshot of nothing at index 1. Its first replica
+// campaigns at once. A replica change is a raft configuration change
+// whose context names the node.
 //
 // # Durability
 //

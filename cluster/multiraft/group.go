@@ -18,12 +18,16 @@ type Group struct {
 	sm   StateMachine
 	rn   *raft.RawNode
 	ms   *raft.MemoryStorage
-	// replicas (the voters), learners and nodes change with replica
-	// changes, on the driver goroutine; replicas and learners are read
-	// under Host.mu elsewhere. nodes names the raft ids seen so far.
+	// replicas (the voters), learners, ids and nodes change with replica
+	// changes, on the driver goroutine; replicas, learners and ids are
+	// read under Host.mu elsewhere. ids are the raft ids of the voters
+	// and learners by node; nodes names every raft id seen so far. self
+	// is this replica's raft id (ids.go).
 	replicas []string
 	learners []string
+	ids      map[string]uint64
 	nodes    map[uint64]string
+	self     uint64
 
 	// Driver goroutine only.
 	leader bool
@@ -165,7 +169,7 @@ func (g *Group) InSync() ([]string, bool) {
 	if g.quiesced.Load() {
 		// Not looked at since it quiesced: a replica whose node went
 		// silent is not in sync.
-		in = slices.DeleteFunc(in, func(node string) bool { return g.h.silent[ID(node)] })
+		in = slices.DeleteFunc(in, func(node string) bool { return g.h.silent[ID(node)] }) // pings know nodes by ID
 	}
 	return in, true
 }
@@ -213,10 +217,10 @@ func (g *Group) Leading() bool { return g.leader }
 func (g *Group) confState() *rpb.ConfState {
 	cs := &rpb.ConfState{Voters: make([]uint64, 0, len(g.replicas))}
 	for _, r := range g.replicas {
-		cs.Voters = append(cs.Voters, ID(r))
+		cs.Voters = append(cs.Voters, g.idOf(r))
 	}
 	for _, r := range g.learners {
-		cs.Learners = append(cs.Learners, ID(r))
+		cs.Learners = append(cs.Learners, g.idOf(r))
 	}
 	return cs
 }
@@ -227,6 +231,8 @@ func (g *Group) node(id uint64) string {
 		return name
 	}
 	if g.h.o.Nodes != nil {
+		// A group stored before its members were (ids.go) has the ids
+		// ID(node) only.
 		for _, name := range g.h.o.Nodes() {
 			if ID(name) == id {
 				g.nodes[id] = name
@@ -252,8 +258,14 @@ func (g *Group) setConf(cs *rpb.ConfState) {
 		return out
 	}
 	voters, learners := names(cs.GetVoters()), names(cs.GetLearners())
+	ids := map[string]uint64{}
+	for _, id := range append(slices.Clone(cs.GetVoters()), cs.GetLearners()...) {
+		if name := g.nodes[id]; name != "" {
+			ids[name] = id
+		}
+	}
 	g.h.mu.Lock()
-	g.replicas, g.learners = voters, learners
+	g.replicas, g.learners, g.ids = voters, learners, ids
 	g.h.peersChanged = true
 	g.h.mu.Unlock()
 }
@@ -328,7 +340,12 @@ func (h *Host) installSnapshot(g *Group, snap *rpb.Snapshot) {
 		h.log.Warn("installing a snapshot", "group", g.name, "err", err)
 		return
 	}
-	if err := h.o.Store.Save([]Write{{Group: g.name, ConfState: meta.GetConfState(), Applied: meta.GetIndex()}}, true); err != nil {
+	if _, nodes, err := decodeMembers(snap.GetData()); err == nil {
+		for id, name := range nodes {
+			g.nodes[id] = name
+		}
+	}
+	if err := h.o.Store.Save([]Write{{Group: g.name, ConfState: meta.GetConfState(), Applied: meta.GetIndex(), Meta: encodeMembers(g.self, g.nodes)}}, true); err != nil {
 		h.log.Warn("recording a snapshot", "group", g.name, "err", err)
 	}
 	if err := h.o.Store.Compact(g.name, meta.GetIndex(), meta.GetTerm()); err != nil {
@@ -406,7 +423,7 @@ func (h *Host) proposeChange(r confRequest) {
 	if r.to != nil {
 		for _, node := range g.replicas {
 			if node != h.o.NodeID && r.to(node) {
-				g.rn.TransferLeader(ID(node))
+				g.rn.TransferLeader(g.idOf(node))
 				return
 			}
 		}
@@ -414,9 +431,11 @@ func (h *Host) proposeChange(r confRequest) {
 	}
 	voter, learner := slices.Contains(g.replicas, r.node), slices.Contains(g.learners, r.node)
 	var typ rpb.ConfChangeType
+	id := g.idOf(r.node)
 	switch {
 	case r.change == AddLearner && !voter && !learner:
-		typ = rpb.ConfChangeType_ConfChangeAddLearnerNode
+		// A new replica, whatever the node was before (ids.go).
+		typ, id = rpb.ConfChangeType_ConfChangeAddLearnerNode, g.freshID()
 	case r.change == Promote && learner:
 		typ = rpb.ConfChangeType_ConfChangeAddNode
 	case r.change == Remove && (voter || learner):
@@ -424,8 +443,8 @@ func (h *Host) proposeChange(r confRequest) {
 	default:
 		return
 	}
-	g.nodes[ID(r.node)] = r.node
-	cc := &rpb.ConfChange{Type: &typ, NodeId: proto.Uint64(ID(r.node)), Context: []byte(r.node)}
+	g.nodes[id] = r.node
+	cc := &rpb.ConfChange{Type: &typ, NodeId: proto.Uint64(id), Context: []byte(r.node)}
 	if err := g.rn.ProposeConfChange(cc); err != nil {
 		h.log.Warn("proposing a replica change", "group", g.name, "node", r.node, "change", r.change.String(), "err", err)
 		return
@@ -445,7 +464,7 @@ func (h *Host) applyChange(g *Group, e *rpb.Entry) bool {
 		g.nodes[cc.GetNodeId()] = name
 	}
 	cs := g.rn.ApplyConfChange(&cc)
-	if cc.GetType() == rpb.ConfChangeType_ConfChangeRemoveNode && cc.GetNodeId() == h.id {
+	if cc.GetType() == rpb.ConfChangeType_ConfChangeRemoveNode && cc.GetNodeId() == g.self {
 		// Not closed here: a replica added again after a removal replays
 		// that removal from the group's start, and a replica removed is
 		// seldom told. Whoever runs the group closes it (Group.Close) when
@@ -455,7 +474,7 @@ func (h *Host) applyChange(g *Group, e *rpb.Entry) bool {
 	before := g.Replicas()
 	beforeLearners := g.Learners()
 	g.setConf(cs)
-	if err := h.o.Store.Save([]Write{{Group: g.name, ConfState: cs}}, true); err != nil {
+	if err := h.o.Store.Save([]Write{{Group: g.name, ConfState: cs, Meta: encodeMembers(g.self, g.nodes)}}, true); err != nil {
 		h.log.Warn("recording a replica change", "group", g.name, "err", err)
 	}
 	if !slices.Equal(before, g.Replicas()) || !slices.Equal(beforeLearners, g.Learners()) {

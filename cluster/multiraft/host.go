@@ -343,8 +343,10 @@ func (h *Host) all() []*Group {
 }
 
 // Open starts group name on this node, from its stored state, or, new,
-// over replicas; it returns the group open already if there is one.
-func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, error) {
+// over replicas, whose raft ids are those in ids or else ID(node) (ids.go;
+// a node added to the group finds its own there); it returns the group
+// open already if there is one. A stored group keeps the ids it stored.
+func (h *Host) Open(name string, replicas []string, ids map[string]uint64, sm StateMachine) (*Group, error) {
 	if g := h.Group(name); g != nil {
 		return g, nil
 	}
@@ -353,12 +355,20 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		return nil, err
 	}
 	ms := raft.NewMemoryStorage()
+	idOf := func(node string) uint64 {
+		if id, ok := ids[node]; ok && id != 0 {
+			return id
+		}
+		return ID(node)
+	}
 	voters := make([]uint64, len(replicas))
 	nodes := map[uint64]string{}
 	for i, r := range replicas {
-		voters[i] = ID(r)
+		voters[i] = idOf(r)
 		nodes[voters[i]] = r
 	}
+	self := idOf(h.o.NodeID)
+	nodes[self] = h.o.NodeID
 	applied := uint64(0)
 	var conf *rpb.ConfState
 	fresh := st.Snapshot == nil && st.HardState == nil
@@ -373,7 +383,7 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		if err := ms.SetHardState(hs); err != nil {
 			return nil, err
 		}
-		if err := h.o.Store.Save([]Write{{Group: name, HardState: hs, ConfState: meta.ConfState, Applied: 1}}, true); err != nil {
+		if err := h.o.Store.Save([]Write{{Group: name, HardState: hs, ConfState: meta.ConfState, Applied: 1, Meta: encodeMembers(self, nodes)}}, true); err != nil {
 			return nil, err
 		}
 		if err := h.o.Store.Compact(name, 1, 1); err != nil {
@@ -381,6 +391,22 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		}
 		applied = 1
 	} else {
+		self, nodes = ID(h.o.NodeID), map[uint64]string{}
+		if len(st.Meta) > 0 {
+			s, stored, err := decodeMembers(st.Meta)
+			if err != nil {
+				return nil, fmt.Errorf("multiraft: group %s: %w", name, err)
+			}
+			self, nodes = s, stored
+		}
+		// Without stored members (a group stored before they were), the
+		// ids are ID(node): of the replicas named, and of the others
+		// (Group.node).
+		for i, r := range replicas {
+			if _, known := nodes[voters[i]]; !known && voters[i] == ID(r) {
+				nodes[voters[i]] = r
+			}
+		}
 		meta := st.Snapshot
 		if meta == nil {
 			meta = &rpb.SnapshotMetadata{Index: proto.Uint64(1), Term: proto.Uint64(1)}
@@ -431,7 +457,7 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 		}
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
-		ID: h.id, ElectionTick: h.o.ElectionTicks, HeartbeatTick: 1,
+		ID: self, ElectionTick: h.o.ElectionTicks, HeartbeatTick: 1,
 		Storage: ms, Applied: applied, MaxSizePerMsg: 4 << 20, MaxInflightMsgs: 256,
 		CheckQuorum: true, PreVote: true, Logger: raftLogger{h.log},
 		// A follower drops a proposal rather than forward it: one made
@@ -442,10 +468,14 @@ func (h *Host) Open(name string, replicas []string, sm StateMachine) (*Group, er
 	if err != nil {
 		return nil, fmt.Errorf("multiraft: group %s: %w", name, err)
 	}
-	g := &Group{h: h, name: name, sm: sm, rn: rn, ms: ms, replicas: replicas, nodes: nodes,
+	g := &Group{h: h, name: name, sm: sm, rn: rn, ms: ms, replicas: replicas, nodes: nodes, self: self, ids: map[string]uint64{},
 		campaign: fresh && !recovering && len(replicas) > 0 && replicas[0] == h.o.NodeID,
 		synced:   applied}
-	if !fresh {
+	if fresh {
+		for i, r := range replicas {
+			g.ids[r] = voters[i]
+		}
+	} else {
 		// Its replicas as its log has them.
 		g.setConf(conf)
 	}
@@ -562,10 +592,17 @@ func (h *Host) step(in inbound) {
 		h.peerRestarted(m.GetFrom())
 		return
 	}
-	h.heardFrom(m.GetFrom())
 	g := h.Group(in.group)
 	if g == nil {
 		return // not open here yet: raft sends again
+	}
+	if name := g.node(m.GetFrom()); name != "" {
+		h.heardFrom(ID(name))
+	}
+	if m.GetTo() != g.self {
+		// To a replica this node was before it was removed from the
+		// group and added again (ids.go).
+		return
 	}
 	if !h.stepQuiesced(g, m) || !h.screen(g, m) {
 		return
@@ -776,13 +813,13 @@ func (h *Host) progress(g *Group) {
 		if last > pr.Match {
 			lag = last - pr.Match
 		}
-		if id == h.id {
+		if id == g.self {
 			lag = 0
 		}
-		if lag <= h.o.InSyncLag && (id == h.id || pr.RecentActive) {
+		if lag <= h.o.InSyncLag && (id == g.self || pr.RecentActive) {
 			in = append(in, node)
 		}
-		if id == h.id || (pr.RecentActive && pr.Match+upToDateSlack >= commit) {
+		if id == g.self || (pr.RecentActive && pr.Match+upToDateSlack >= commit) {
 			upToDate = append(upToDate, node)
 		}
 		if obs.Lag != nil {
@@ -919,7 +956,7 @@ func (h *Host) compact(g *Group) {
 		return
 	}
 	// The point a replica behind it is sent a copy for.
-	if _, err := g.ms.CreateSnapshot(upTo, g.confState(), nil); err != nil {
+	if _, err := g.ms.CreateSnapshot(upTo, g.confState(), encodeMembers(0, g.nodes)); err != nil {
 		return
 	}
 	if err := g.ms.Compact(upTo); err != nil {
@@ -964,7 +1001,7 @@ func (h *Host) transfer() {
 		for _, r := range g.replicas {
 			if r != h.o.NodeID && live(r) {
 				h.awaken(g)
-				g.rn.TransferLeader(ID(r))
+				g.rn.TransferLeader(g.idOf(r))
 				h.dirty[g] = true
 				break
 			}

@@ -109,10 +109,14 @@ type cluster struct {
 	// disks hold each state machine's values by raft log directory and
 	// group: what a host finds again when it starts on the same one.
 	disks map[string]*toy
+	// ids are each group's raft ids by node as its leader last applied
+	// them (change), which a node opening the group is given, as the
+	// cluster gives the ids of its records.
+	ids map[string]map[string]uint64
 }
 
 func newCluster(t *testing.T, keep uint64, ids ...string) *cluster {
-	c := &cluster{t: t, net: newNet(), keep: keep, nodes: map[string]*node{}, disks: map[string]*toy{}}
+	c := &cluster{t: t, net: newNet(), keep: keep, nodes: map[string]*node{}, disks: map[string]*toy{}, ids: map[string]map[string]uint64{}}
 	for _, id := range ids {
 		c.start(id, t.TempDir())
 	}
@@ -191,7 +195,7 @@ func (c *cluster) open(group string, replicas []string, on ...string) {
 		n.mu.Lock()
 		n.sms[group] = sm
 		n.mu.Unlock()
-		if _, err := n.h.Open(group, replicas, sm); err != nil {
+		if _, err := n.h.Open(group, replicas, c.ids[group], sm); err != nil {
 			c.t.Fatal(err)
 		}
 	}
@@ -627,6 +631,118 @@ func TestRemovedAndAddedAgain(t *testing.T) {
 	}
 }
 
+// TestAddedAgainIsANewReplica: a replica removed and added again gets a
+// fresh raft id, which every replica learns, and the one it had before is
+// gone for good: a message raft addressed to it (here a heartbeat of a
+// later term, as a stale leader's could be) does nothing on the node,
+// where the same message to its new id deposes the group's leader.
+func TestAddedAgainIsANewReplica(t *testing.T) {
+	c := newCluster(t, 100, abc...)
+	c.open("g", abc, abc...)
+	lead := c.leader("g", abc...)
+	c.propose(abc, "g", values("one", 5)...)
+	c.converge("g", 5, abc...)
+	v := "a"
+	for _, id := range abc {
+		if id != lead {
+			v = id
+			break
+		}
+	}
+	old := c.nodes[v].h.Group("g").Self()
+	if old != multiraft.ID(v) {
+		t.Fatalf("%s, a first replica, has raft id %d, not %d", v, old, multiraft.ID(v))
+	}
+	c.change(abc, "g", multiraft.Remove, v)
+	c.nodes[v].h.Group("g").Close()
+	waitFor(t, v+" closed the group", func() bool { return c.nodes[v].h.Group("g") == nil })
+	delete(c.disks, c.nodes[v].dir+"/g")
+	rest := slices.DeleteFunc(slices.Clone(abc), func(id string) bool { return id == v })
+	c.change(rest, "g", multiraft.AddLearner, v)
+	fresh := c.ids["g"][v]
+	if fresh == 0 || fresh == old {
+		t.Fatalf("%s added again has raft id %d (it had %d)", v, fresh, old)
+	}
+	c.open("g", rest, v)
+	c.converge("g", 5, abc...)
+	c.change(rest, "g", multiraft.Promote, v)
+	c.propose(abc, "g", "two")
+	c.converge("g", 6, abc...)
+	for _, id := range abc {
+		if got := c.nodes[id].h.Group("g").IDs()[v]; got != fresh {
+			t.Fatalf("%s knows %s by raft id %d, not %d", id, v, got, fresh)
+		}
+	}
+	if got := c.nodes[v].h.Group("g").Self(); got != fresh {
+		t.Fatalf("%s runs the group as raft id %d, not %d", v, got, fresh)
+	}
+
+	lead = c.leader("g", abc...)
+	lg := c.nodes[lead].h.Group("g")
+	term := lg.LeaderTerm()
+	stale := func(to uint64) *rpb.Message {
+		return &rpb.Message{Type: rpb.MessageType_MsgHeartbeat.Enum(), To: proto.Uint64(to), From: proto.Uint64(lg.Self()),
+			Term: proto.Uint64(term + 5), Commit: proto.Uint64(0)}
+	}
+	if err := c.nodes[v].h.Step(context.Background(), "g", stale(old)); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * election); time.Now().Before(end); time.Sleep(tick) {
+		if !lg.IsLeader() || lg.LeaderTerm() != term {
+			t.Fatalf("a message to %s's earlier raft id deposed the leader %s of term %d", v, lead, term)
+		}
+	}
+	// The same message to its id now is stepped: the test can tell.
+	if err := c.nodes[v].h.Step(context.Background(), "g", stale(fresh)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the leader of term "+fmt.Sprint(term)+" deposed", func() bool { return !lg.IsLeader() || lg.LeaderTerm() != term })
+	c.propose(abc, "g", "three")
+	c.converge("g", 7, abc...)
+}
+
+// TestNewReplicaByCopyKeepsItsID: a node added past the compacted log
+// gets a copy, and with raft's snapshot the names of the group's raft
+// ids; it and the other replicas keep the ids through restarts, given
+// none by whoever runs the group.
+func TestNewReplicaByCopyKeepsItsID(t *testing.T) {
+	c := newCluster(t, 10, "a", "b", "c", "d")
+	c.open("g", abc, abc...)
+	c.leader("g", abc...)
+	c.propose(abc, "g", values("v", 200)...)
+	waitFor(t, "the logs compacted", func() bool {
+		return c.nodes["a"].h.Group("g").FirstIndex() > 100 && c.nodes["b"].h.Group("g").FirstIndex() > 100
+	})
+	c.change(abc, "g", multiraft.AddLearner, "d")
+	fresh := c.ids["g"]["d"]
+	c.open("g", abc, "d")
+	c.converge("g", 200, "a", "b", "c", "d")
+	c.change(abc, "g", multiraft.Promote, "d")
+	abd := []string{"a", "b", "d"}
+	c.change(abd, "g", multiraft.Remove, "c")
+	c.propose(abd, "g", values("w", 100)...)
+	c.converge("g", 300, abd...)
+	waitFor(t, "the logs compacted past the change", func() bool {
+		return c.nodes["a"].h.Group("g").FirstIndex() > 250 && c.nodes["b"].h.Group("g").FirstIndex() > 250
+	})
+	delete(c.ids, "g") // what is stored decides
+	for _, id := range []string{"d", "b"} {
+		dir := c.nodes[id].dir
+		c.kill(id)
+		c.start(id, dir)
+		c.open("g", abc, id)
+		g := c.nodes[id].h.Group("g")
+		if got := slices.Sorted(slices.Values(g.Replicas())); !slices.Equal(got, abd) {
+			t.Fatalf("%s restarted sees replicas %v, not %v", id, got, abd)
+		}
+		if id == "d" && g.Self() != fresh {
+			t.Fatalf("d restarted runs as raft id %d, not %d", g.Self(), fresh)
+		}
+		c.propose(abd, "g", "after "+id)
+	}
+	c.converge("g", 302, abd...)
+}
+
 // TestRecoveringDoesNotVote: c, whose log is gone while it is a replica,
 // takes no part in elections: with b down, c and a node that missed the
 // last entries cannot elect a leader without them; once b is back, the
@@ -696,6 +812,7 @@ func (c *cluster) change(among []string, group string, ch multiraft.Change, node
 		g.RequestChange(ch, node)
 		for end := time.Now().Add(20 * election); time.Now().Before(end); time.Sleep(tick) {
 			if done(g) {
+				c.ids[group] = g.IDs()
 				return
 			}
 		}

@@ -98,10 +98,10 @@ func (h *Host) maybeQuiesce(g *Group) bool {
 	st := g.rn.BasicStatus()
 	var msgs []*rpb.Message
 	for id := range g.nodes {
-		if id == h.id || !g.isReplica(id) {
+		if id == g.self || !g.isReplica(id) {
 			continue
 		}
-		msgs = append(msgs, &rpb.Message{Type: rpb.MessageType_MsgHeartbeat.Enum(), To: proto.Uint64(id), From: proto.Uint64(h.id),
+		msgs = append(msgs, &rpb.Message{Type: rpb.MessageType_MsgHeartbeat.Enum(), To: proto.Uint64(id), From: proto.Uint64(g.self),
 			Term: proto.Uint64(st.GetTerm()), Commit: proto.Uint64(st.GetCommit()), Context: quiesceMark})
 	}
 	h.send(g, msgs)
@@ -130,7 +130,7 @@ func (h *Host) idleLeader(g *Group) bool {
 	}
 	all := true
 	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-		if id != h.id && pr.Match != last {
+		if id != g.self && pr.Match != last {
 			all = false
 		}
 	})
@@ -139,7 +139,12 @@ func (h *Host) idleLeader(g *Group) bool {
 
 // isReplica reports whether raft id is a voter or learner of g.
 func (g *Group) isReplica(id uint64) bool {
-	name := g.nodes[id]
+	name, ok := g.nodes[id]
+	return ok && g.idOf(name) == id && g.hasNode(name)
+}
+
+// hasNode reports whether node is a voter or learner of g.
+func (g *Group) hasNode(name string) bool {
 	for _, r := range g.replicas {
 		if r == name {
 			return true
@@ -173,13 +178,17 @@ func (h *Host) heardFrom(id uint64) {
 	h.heardMu.Unlock()
 }
 
-// peerRestarted wakes the quiesced groups node id is a replica of: it
-// started again, and may have lost what it did not sync (driver
-// goroutine).
+// peerRestarted wakes the quiesced groups node id (ID(node)) is a
+// replica of: it started again, and may have lost what it did not sync
+// (driver goroutine).
 func (h *Host) peerRestarted(id uint64) {
 	h.heardFrom(id)
+	node, known := h.pinged[id]
+	if !known {
+		return
+	}
 	for _, g := range h.all() {
-		if g.quiesced.Load() && g.isReplica(id) {
+		if g.quiesced.Load() && g.hasNode(node) {
 			h.awaken(g)
 		}
 	}
@@ -254,7 +263,7 @@ func (h *Host) ping(now time.Time) {
 	}
 	if h.quiesced.Load() > 0 {
 		for _, g := range h.all() {
-			if g.quiesced.Load() && !g.leader && silent[g.rn.BasicStatus().Lead] {
+			if g.quiesced.Load() && !g.leader && silent[g.nodeID(g.rn.BasicStatus().Lead)] {
 				h.awaken(g)
 				// Its leader has been silent for an election timeout:
 				// so has its election clock, which stood still while
@@ -286,13 +295,13 @@ func (h *Host) succeed(g *Group, silent map[uint64]bool) {
 		return
 	}
 	st := g.rn.BasicStatus()
-	if st.Lead == 0 || !silent[st.Lead] || g.hurried == st.GetTerm() || !slices.Contains(g.replicas, h.o.NodeID) {
+	if st.Lead == 0 || !silent[g.nodeID(st.Lead)] || g.hurried == st.GetTerm() || !slices.Contains(g.replicas, h.o.NodeID) {
 		return
 	}
 	var best string
 	var bestScore uint64
 	for _, r := range g.replicas {
-		if id := ID(r); id == st.Lead || silent[id] {
+		if g.idOf(r) == st.Lead || silent[ID(r)] {
 			continue
 		}
 		if sc := h.o.Rank(g.name, r); best == "" || sc > bestScore {

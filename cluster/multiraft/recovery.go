@@ -113,7 +113,7 @@ func (h *Host) lostEntries(g *Group, m *rpb.Message) {
 		"group", g.name, "replica", node, "its_last", m.GetRejectHint(), "acknowledged", pr.Match)
 	for _, r := range g.replicas {
 		if r != h.o.NodeID && r != node && h.o.Live(r) {
-			g.rn.TransferLeader(ID(r))
+			g.rn.TransferLeader(g.idOf(r))
 			return
 		}
 	}
