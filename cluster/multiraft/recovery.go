@@ -81,7 +81,9 @@ func (h *Host) checkRecovered(g *Group) {
 		return
 	}
 	g.recovering.Store(false)
-	g.version.Add(1)
+	// Told, so that whoever runs the host clears the store's recovering
+	// state once no group is left recovering (RecoveredAll).
+	h.changedGroup(g)
 	if f := h.o.Observer.Recovering; f != nil {
 		f(-1)
 	}
