@@ -38,6 +38,7 @@ import (
 //	GET    /api/v1/queues/{q}/dlq/messages           calls on it
 //	POST   /api/v1/queues/{q}/dlq/purge
 //	DELETE /api/v1/queues/{q}/dlq/groups/{g}
+//	POST   /api/v1/queues/{q}/groups/{g}/seek        move a group: {"to": ..., "force": bool} (seek.go)
 //	GET    /api/v1/clients                           connected clients: ?node=&user=&limit= (clients.go)
 //	DELETE /api/v1/clients/{id}                      disconnect a client
 //	GET    /api/v1/cluster                           the nodes and each partition's owner (clusterapi.go)
@@ -76,6 +77,7 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		{"/api/v1/queues/{queue}/consumers", map[string]http.HandlerFunc{"GET": a.queueConsumers}},
 		{"/api/v1/queues/{queue}/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(false))}},
 		{"/api/v1/queues/{queue}/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(false))}},
+		{"/api/v1/queues/{queue}/groups/{group}/seek", map[string]http.HandlerFunc{"POST": a.mutating(a.seek)}},
 		{"/api/v1/queues/{queue}/dlq", map[string]http.HandlerFunc{"GET": a.showQueue(true)}},
 		{"/api/v1/queues/{queue}/dlq/messages", map[string]http.HandlerFunc{"GET": a.peek(true)}},
 		{"/api/v1/queues/{queue}/dlq/purge", map[string]http.HandlerFunc{"POST": a.mutating(a.purge(true))}},
@@ -728,7 +730,7 @@ func statusOf(err error) int {
 	case errors.Is(err, queue.ErrNoSuchQueue), errors.Is(err, queue.ErrNoSuchGroup), errors.Is(err, queue.ErrUnknownMessage):
 		return http.StatusNotFound
 	case errors.Is(err, queue.ErrBadMessageID), errors.Is(err, queue.ErrInvalidName),
-		errors.Is(err, queue.ErrBadPartitions), errors.As(err, &fe):
+		errors.Is(err, queue.ErrBadPartitions), errors.Is(err, queue.ErrBadSeek), errors.As(err, &fe):
 		return http.StatusBadRequest
 	case errors.Is(err, queue.ErrPartitionsChanged), errors.Is(err, queue.ErrGroupActive), errors.Is(err, cluster.ErrReplicationChange):
 		return http.StatusConflict

@@ -270,4 +270,33 @@ type Error struct {
 	Replay *ReplayResult `json:"replay,omitempty"`
 	// Purge holds what a purge that did not reach every partition did.
 	Purge *PurgeResult `json:"purge,omitempty"`
+	// Seek holds what a seek that did not reach every partition did.
+	Seek *SeekResult `json:"seek,omitempty"`
+}
+
+// SeekRequest is the body of a group seek: To is "earliest", "latest",
+// an RFC 3339 time, or {"partition": P, "offset": O}; Force takes the
+// leases of the group's consumers back rather than refusing.
+type SeekRequest struct {
+	To    json.RawMessage `json:"to"`
+	Force bool            `json:"force,omitempty"`
+}
+
+// SeekResult is the answer to a group seek: where the group was and is on
+// each partition moved (in a cluster, of every node).
+type SeekResult struct {
+	Node       string                  `json:"node"`
+	Queue      string                  `json:"queue"`
+	Group      string                  `json:"group"`
+	To         string                  `json:"to"`
+	Partitions []queue.SoughtPartition `json:"partitions"`
+}
+
+// seekCheck is a node's answer to the check before a seek: the
+// partitions it serves, whether it has the group, and how many of its
+// consumers are connected there.
+type seekCheck struct {
+	Partitions []int `json:"partitions"`
+	Found      bool  `json:"found"`
+	Consumers  int   `json:"consumers"`
 }

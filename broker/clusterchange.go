@@ -85,7 +85,8 @@ func spreadable(method, path string) bool {
 	case method == http.MethodPost && (len(parts) == 2 && parts[1] == "purge" || len(parts) == 3 && parts[1] == "dlq" && parts[2] == "purge"),
 		method == http.MethodPost && len(parts) == 3 && parts[1] == "dlq" && parts[2] == "replay":
 		return true
-	case method == http.MethodDelete && (len(parts) == 3 && parts[1] == "groups" || len(parts) == 4 && parts[1] == "dlq" && parts[2] == "groups"):
+	case method == http.MethodDelete && (len(parts) == 3 && parts[1] == "groups" || len(parts) == 4 && parts[1] == "dlq" && parts[2] == "groups"),
+		method == http.MethodPost && len(parts) == 4 && parts[1] == "groups" && parts[3] == "seek":
 		return true
 	}
 	return false

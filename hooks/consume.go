@@ -129,7 +129,7 @@ func subscriptionOptions(f queue.Filter, sub packets.Subscription, props []packe
 			}
 		case propStart:
 			if err := queue.CheckStart(queue.Start(u.Val)); err != nil || u.Val == "" {
-				return o, fmt.Errorf("%w: start %q is not earliest or latest (where a new group starts)", errBadProperty, u.Val)
+				return o, fmt.Errorf("%w: start %q is not earliest, latest or an RFC 3339 time (where a new group starts)", errBadProperty, u.Val)
 			}
 			o.Start = queue.Start(u.Val)
 		case propPartitions:

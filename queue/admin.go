@@ -481,7 +481,7 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 	var k kicks
 	dlq.lockAll()
 	if len(dlq.groups) == 0 {
-		dlq.groupLocked(DefaultGroup, StartEarliest)
+		dlq.groupLocked(DefaultGroup, StartEarliest, nil)
 	}
 	b := new(Batch)
 	for i, dl := range dls {

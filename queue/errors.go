@@ -31,6 +31,8 @@ var (
 	// ErrBadPartitions: a consumer named partitions the queue does not have
 	// or another consumer of its group took.
 	ErrBadPartitions = errors.New("queue: invalid partitions")
+	// ErrBadSeek: a seek or a start names no point a group can be at.
+	ErrBadSeek = errors.New("queue: invalid seek point")
 	// ErrPartitionsChanged: the config asks for another partition count than the stored queue has.
 	ErrPartitionsChanged = errors.New("queue: partition count differs from the stored queue")
 	// ErrNotOwned: this node does not serve the partition (not acquired,

@@ -40,12 +40,22 @@ const (
 	StartLatest Start = "latest"
 )
 
-// CheckStart reports whether s is a start ("" is the default).
+// CheckStart reports whether s is a start ("" is the default): earliest,
+// latest or an RFC 3339 time (a new group then starts at the first
+// message enqueued at or after it).
 func CheckStart(s Start) error {
-	if s != "" && s != StartEarliest && s != StartLatest {
-		return fmt.Errorf("start must be earliest or latest, got %q", s)
+	if _, err := s.time(); err != nil {
+		return fmt.Errorf("%w: start must be earliest, latest or an RFC 3339 time (2026-11-27T08:00:00Z), got %q", ErrBadSeek, s)
 	}
 	return nil
+}
+
+// time returns the time s names, zero for earliest and latest.
+func (s Start) time() (time.Time, error) {
+	if s == "" || s == StartEarliest || s == StartLatest {
+		return time.Time{}, nil
+	}
+	return time.Parse(time.RFC3339Nano, string(s))
 }
 
 // Overflow says what a full queue does with a new publish.
@@ -85,8 +95,9 @@ type Options struct {
 	// be unsettled at once in a group, all with one consumer (0 is 1).
 	KeyInflight int        `yaml:"key_inflight" json:"key_inflight"`
 	Durability  Durability `yaml:"durability" json:"durability"`
-	// Start is where a new group starts: StartEarliest ("" too) or
-	// StartLatest. A subscription may say otherwise (ConsumerOptions).
+	// Start is where a new group starts: StartEarliest ("" too),
+	// StartLatest or an RFC 3339 time. A subscription may say otherwise
+	// (ConsumerOptions).
 	Start Start `yaml:"start" json:"start"`
 	// QoS0 says whether a consumer may subscribe at QoS 0 ("" is allow).
 	QoS0 QoS0Policy `yaml:"qos0" json:"qos0"`
@@ -161,7 +172,7 @@ func (o Options) Validate() error {
 	case o.KeyInflight < 0 || o.KeyInflight > 65535:
 		return &FieldError{"key_inflight", fmt.Sprintf("must be between 1 and 65535, got %d", o.KeyInflight)}
 	case CheckStart(o.Start) != nil:
-		return &FieldError{"start", fmt.Sprintf("must be earliest or latest, got %q", o.Start)}
+		return &FieldError{"start", fmt.Sprintf("must be earliest, latest or an RFC 3339 time, got %q", o.Start)}
 	case o.Durability != DurabilityFsync && o.Durability != DurabilityAsync:
 		return &FieldError{"durability", fmt.Sprintf("must be fsync or async, got %q", o.Durability)}
 	case o.QoS0 != "" && o.QoS0 != QoS0Allow && o.QoS0 != QoS0Refuse:

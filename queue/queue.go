@@ -252,6 +252,20 @@ func (q *Queue) fullLocked(size int) bool {
 // new group starts at the oldest retained message.
 func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consumer, error) {
 	var k kicks
+	start := o.Start
+	if start == "" {
+		start = q.Options().Start
+	}
+	var at map[int]uint64
+	if t, err := start.time(); err != nil {
+		return nil, CheckStart(start)
+	} else if !t.IsZero() && !q.hasGroup(group) {
+		// Where the group would start, read before taking the locks; a
+		// group made meanwhile by another subscription wins.
+		if at, err = q.offsetsAt(t); err != nil {
+			return nil, err
+		}
+	}
 	q.lockAll()
 	defer k.run()
 	defer q.unlockAll()
@@ -265,11 +279,7 @@ func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consume
 	if err := q.checkPartitionsLocked(q.groups[group], group, o.Partitions); err != nil {
 		return nil, err
 	}
-	start := o.Start
-	if start == "" {
-		start = q.opts.Start
-	}
-	g := q.groupLocked(group, start)
+	g := q.groupLocked(group, start, at)
 	c := &Consumer{q: q, g: g, r: r, explicit: o.Explicit, partitions: slices.Clone(o.Partitions), shared: o.Credit,
 		window: newWindow(prefetch)}
 	c.credit.Store(int64(c.window.Size()))
@@ -298,9 +308,17 @@ func (q *Queue) checkPartitionsLocked(g *group, name string, ps []int) error {
 	return nil
 }
 
-// groupLocked returns the group, creating and persisting it if it is new.
-// Every lock of the queue must be held.
-func (q *Queue) groupLocked(name string, start Start) *group {
+// hasGroup reports whether the queue has group name.
+func (q *Queue) hasGroup(name string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.groups[name] != nil
+}
+
+// groupLocked returns the group, creating and persisting it if it is new,
+// at start (at: the offsets a start at a time found). Every lock of the
+// queue must be held.
+func (q *Queue) groupLocked(name string, start Start, at map[int]uint64) *group {
 	if g := q.groups[name]; g != nil {
 		return g
 	}
@@ -310,9 +328,12 @@ func (q *Queue) groupLocked(name string, start Start) *group {
 		if !cur.p.owned {
 			continue
 		}
-		if start == StartLatest {
-			// Everything up to the newest append counts as settled for it.
-			off := cur.p.next
+		off, moved := cur.p.next, start == StartLatest
+		if a, ok := at[cur.p.index]; ok {
+			off, moved = min(max(a, cur.p.first), cur.p.next), true
+		}
+		if moved {
+			// Everything before it counts as settled for it.
 			cur.floor, cur.next, cur.delivered, cur.savedDelivered, cur.mark, cur.asked = off, off, off, off, off, off
 		}
 		cur.p.flushLocked(&Batch{Floors: []FloorWrite{{Queue: q.name, Group: name, Partition: cur.p.index, Floor: cur.floor}}})

@@ -1,6 +1,8 @@
 package queue_test
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -43,8 +45,18 @@ type step struct {
 	opErr  error
 	tick   time.Duration
 	retain bool
+	seek   *seekStep
 	want   []string
 	depth  *uint64
+}
+
+// seekStep moves a group (queue.Queue.Seek); err is what Seek must
+// return.
+type seekStep struct {
+	group string // "" is the group "g"
+	to    queue.SeekTo
+	force bool
+	err   error
 }
 
 // op is what a consumer does with a delivery.
@@ -117,6 +129,12 @@ func runScript(t *testing.T, s script) {
 		}
 		if st.retain {
 			h.retain()
+		}
+		if sk := st.seek; sk != nil {
+			group := cmp.Or(sk.group, "g")
+			if _, err := h.m.Queue("q").Seek(context.Background(), group, sk.to, sk.force, false); !errors.Is(err, sk.err) {
+				t.Fatalf("step %d: seek of %s to %s: %v, want %v", i, group, sk.to, err, sk.err)
+			}
 		}
 		if got := h.newDeliveries(len(st.want)); !matchDeliveries(got, st.want) {
 			t.Fatalf("step %d: deliveries %v, want %v", i, got, st.want)

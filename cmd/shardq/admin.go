@@ -39,6 +39,8 @@ type adminOptions struct {
 	ids                   stringList
 	node, user, queue     string
 	yes                   bool
+	to                    string
+	force                 bool
 }
 
 // adminCall is one run of an admin command.
@@ -192,6 +194,28 @@ var adminCommands = []adminSpec{
 		run: func(ctx context.Context, a *adminCall) error {
 			return call(ctx, a.c, "DELETE", "/api/v1/queues/"+a.q(0)+a.dlqPath()+"/groups/"+a.q(1), nil, a.out, func(w io.Writer, r broker.GroupDeleted) {
 				fmt.Fprintf(w, "deleted group %s of %s\n", r.Group, r.Queue)
+			})
+		}},
+	{name: "group seek", args: "QUEUE GROUP", nargs: 2, short: "move a consumer group to another point of the queue",
+		about: "Moves a consumer group: messages before the point count as settled for it,\nthe retained messages from it on are delivered again, their delivery\ncounts starting over. --to is earliest, latest, an RFC 3339 time\n(2026-11-27T08:00:00Z: the first message enqueued then or later), or\nPARTITION:OFFSET (that partition only). Refused while the group has\nconsumers connected, unless --force. Needs the token when the node has one.",
+		flags: func(fs *flag.FlagSet, o *adminOptions) {
+			fs.StringVar(&o.to, "to", "", "where to: earliest, latest, an RFC 3339 `TIME`, or PARTITION:OFFSET")
+			fs.BoolVar(&o.force, "force", false, "take the leases of the group's consumers back rather than refuse")
+		},
+		confirm: func(a *adminCall) (string, string) {
+			return "This moves group " + a.pos[1] + " of " + a.pos[0] + " to " + a.opts.to + ": what it settled after that point is delivered again", a.pos[1]
+		},
+		run: func(ctx context.Context, a *adminCall) error {
+			to, err := seekTarget(a.opts.to)
+			if err != nil {
+				return err
+			}
+			req := broker.SeekRequest{To: to, Force: a.opts.force}
+			return call(ctx, a.c, "POST", "/api/v1/queues/"+a.q(0)+"/groups/"+a.q(1)+"/seek", req, a.out, func(w io.Writer, r broker.SeekResult) {
+				fmt.Fprintf(w, "moved group %s of %s to %s\n", r.Group, r.Queue, r.To)
+				for _, p := range r.Partitions {
+					fmt.Fprintf(w, "  partition %d: offset %d -> %d\n", p.Partition, p.From, p.To)
+				}
 			})
 		}},
 	{name: "dlq peek", args: "QUEUE", nargs: 1, short: "dead letters, with reason and origin (queue peek --dlq)",
@@ -847,4 +871,21 @@ func printReplay(w io.Writer, r broker.ReplayResult) {
 	if len(r.Messages) > shown {
 		fmt.Fprintf(w, "... and %d more (--json lists them all)\n", len(r.Messages)-shown)
 	}
+}
+
+// seekTarget turns --to into the API's "to": a string, or
+// {"partition": P, "offset": O} for PARTITION:OFFSET.
+func seekTarget(to string) (json.RawMessage, error) {
+	if to == "" {
+		return nil, usageErr{"want --to: earliest, latest, an RFC 3339 time or PARTITION:OFFSET"}
+	}
+	if p, o, ok := strings.Cut(to, ":"); ok && !strings.Contains(to, "T") {
+		pn, err1 := strconv.Atoi(p)
+		on, err2 := strconv.ParseUint(o, 10, 64)
+		if err1 != nil || err2 != nil || pn < 0 {
+			return nil, usageErr{fmt.Sprintf("--to %q: PARTITION:OFFSET wants two numbers, as 3:1200", to)}
+		}
+		return json.Marshal(map[string]any{"partition": pn, "offset": on})
+	}
+	return json.Marshal(to)
 }
