@@ -262,3 +262,87 @@ func TestAdminChangesAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// seekConfig declares stream: 2 partitions, three replicas each.
+const seekConfig = "queues:\n  declared:\n    stream:\n      partitions: 2\n      ordering: none\n"
+
+// TestSeekAcrossNodes (SPEC 12, seek in a cluster): a group moved to
+// earliest through a node that leads none of the queue's partitions moves
+// on every partition, through their replicated logs: its next consumer
+// gets again everything it had acked, as first deliveries, and still after
+// the leader of a partition is killed. Refused while the group has a
+// consumer, on whichever node.
+func TestSeekAcrossNodes(t *testing.T) {
+	c := newCluster(t, "--config", configFile(t, seekConfig))
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	c.waitPlaced("stream", 2, []string{"a", "b", "c"}, nil, 60*time.Second)
+	owners := c.owners("stream")
+	x := ""
+	for _, id := range []string{"a", "b", "c"} {
+		if owners[0].Owner != id && owners[1].Owner != id {
+			x = id
+		}
+	}
+	if x == "" {
+		t.Skip("every node leads a partition of stream") // two partitions, three nodes: never
+	}
+	// audit holds one message and reads no more: what g acks stays.
+	audit := dialManual(t, c.nodes[x].mqtt, "audit", 1)
+	audit.subscribe("$share/audit/$queue/stream")
+	prod := dial(t, c.nodes[x].mqtt, "producer", 32)
+	want := map[string]bool{}
+	for i := range 10 {
+		p := fmt.Sprintf("m%d", i)
+		if code, err := prod.publish("$queue/stream", fmt.Sprintf("k%d", i), []byte(p)); err != nil || code != 0 {
+			t.Fatalf("publish %d: %#x %v", i, code, err)
+		}
+		want[p] = true
+	}
+	read := func(id string) *client {
+		cl := dial(t, c.nodes[x].mqtt, id, 32)
+		cl.subscribe("$share/g/$queue/stream")
+		waitCount(t, 10, 15*time.Second, cl)
+		got := map[string]bool{}
+		for _, p := range cl.received() {
+			if p.Duplicate() {
+				t.Errorf("%s got %s as a redelivery", id, p.Payload)
+			}
+			got[string(p.Payload)] = true
+		}
+		if len(got) != len(want) || len(cl.received()) != 10 {
+			t.Fatalf("%s got %d publishes of %d messages, want the 10 once", id, len(cl.received()), len(got))
+		}
+		return cl
+	}
+	first := read("first")
+	c.waitFigures("stream", 10*time.Second, func(f queueFigures) bool { lag, ok := f.lag("g"); return ok && lag == 0 }, "a", "b", "c")
+
+	seek := "/api/v1/queues/stream/groups/g/seek"
+	if status, body := c.call(x, http.MethodPost, seek, `{"to": "earliest"}`); status != http.StatusConflict {
+		t.Fatalf("seek with a consumer connected: HTTP %d %s, want 409", status, body)
+	}
+	_ = first.c.Disconnect(&paho.Disconnect{})
+	c.waitFigures("stream", 10*time.Second, func(f queueFigures) bool {
+		return !slices.ContainsFunc(f.Groups, func(g groupFigures) bool { return g.Name == "g" && g.Consumers > 0 })
+	}, "a", "b", "c")
+	status, body := c.call(x, http.MethodPost, seek, `{"to": "earliest"}`)
+	var res struct {
+		Partitions []struct {
+			Partition int    `json:"partition"`
+			To        uint64 `json:"to"`
+		} `json:"partitions"`
+	}
+	if status != http.StatusOK || json.Unmarshal(body, &res) != nil || len(res.Partitions) != 2 {
+		t.Fatalf("seek through %s: HTTP %d %s; want both partitions moved", x, status, body)
+	}
+	c.waitFigures("stream", 10*time.Second, func(f queueFigures) bool { lag, _ := f.lag("g"); return lag == 10 }, "a", "b", "c")
+
+	// The move is in the replicated log: a new leader has it.
+	victim := owners[0].Owner
+	c.nodes[victim].kill()
+	live := slices.DeleteFunc([]string{"a", "b", "c"}, func(id string) bool { return id == victim })
+	c.waitOwned("stream", 2, 30*time.Second, live...)
+	read("second")
+}

@@ -258,6 +258,24 @@ func TestAdminCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("group seek", func(t *testing.T) {
+		fails(t, 2, "want --to", "group", "seek", "jobs", "workers", "--server", server, "--token", cliToken)
+		fails(t, 2, "PARTITION:OFFSET wants two numbers", "group", "seek", "jobs", "workers", "--to", "0:x", "--server", server, "--token", cliToken)
+		fails(t, 1, "RFC 3339", "group", "seek", "jobs", "workers", "--to", "yesterday", "--server", server, "--token", cliToken)
+		fails(t, 1, "no such consumer group", "group", "seek", "jobs", "nope", "--to", "latest", "--server", server, "--token", cliToken)
+		out := must(t, "group", "seek", "jobs", "workers", "--to", "latest", "--server", server, "--token", cliToken)
+		if !strings.Contains(out, "moved group workers of jobs to latest") || !strings.Contains(out, "partition 0: offset") {
+			t.Errorf("group seek:\n%s", out)
+		}
+		if g, ok := findGroup(jobs(t, server), "workers"); !ok || g.Lag != 0 {
+			t.Errorf("after a seek to latest, workers: %+v", g)
+		}
+		out = must(t, "group", "seek", "jobs", "workers", "--to", "0:0", "--server", server, "--token", cliToken)
+		if !strings.Contains(out, "to partition 0 offset 0") {
+			t.Errorf("group seek to 0:0:\n%s", out)
+		}
+	})
+
 	t.Run("group delete", func(t *testing.T) {
 		fails(t, 1, "--token TOKEN or set SHARDQ_TOKEN", "group", "delete", "jobs", "workers", "--server", server)
 		fails(t, 1, "no such consumer group", "group", "delete", "jobs", "nope", "--server", server, "--token", cliToken)
