@@ -237,6 +237,14 @@ func (p *tab) replaySelected() {
 	p.waitFor("the replayed letter gone or marked", `((r) => r === null || r.classList.contains("replayed") || r.classList.contains("settled"))(document.querySelector('#dlq tr[data-msg-id="`+id+`"]'))`)
 	p.screenshot("replayed")
 
+	// Moving a group: to latest, nothing is left for it to read.
+	p.clearNotice()
+	p.click(`table.groups tr[data-group="audit"] button.seek-group`)
+	p.do("typing the point", chromedp.SetValue(chromedp.CSS(`#confirm-input`), "latest"))
+	p.confirm(true, "PARTITION:OFFSET")
+	p.waitNotice(`^Moved group audit of orders to latest \(`)
+	p.waitText(`table.groups tr[data-group="audit"] td.lag`, "0")
+
 	// Deleting a group: refused while it has consumers, done when it has none.
 	p.clearNotice()
 	p.click(`table.groups tr[data-group="billing"] button.delete-group`)

@@ -363,23 +363,35 @@ function notice(text, kind) {
 }
 
 // confirmAction asks in a modal dialog; it resolves to true when confirmed.
-function confirmAction(title, text, okLabel) {
+// confirmAction asks in the dialog; with field ({label, value}), for a
+// value too, which the answer carries (null: cancelled).
+function confirmAction(title, text, okLabel, field) {
   const d = $('#confirm');
   $('#confirm-title').textContent = title;
   $('#confirm-text').textContent = text;
   $('#confirm-ok').textContent = okLabel;
+  $('#confirm-field').hidden = !field;
+  if (field) {
+    $('#confirm-label').textContent = field.label;
+    $('#confirm-input').value = field.value || '';
+  }
   d.returnValue = '';
   d.showModal();
-  $('#confirm-cancel').focus();
-  return new Promise((resolve) => d.addEventListener('close', () => resolve(d.returnValue === 'ok'), { once: true }));
+  (field ? $('#confirm-input') : $('#confirm-cancel')).focus();
+  return new Promise((resolve) => d.addEventListener('close', () => {
+    const ok = d.returnValue === 'ok';
+    resolve(field ? (ok ? $('#confirm-input').value.trim() : null) : ok);
+  }, { once: true }));
 }
 
 // act runs a confirmed change and reports it.
-async function act(button, title, text, okLabel, call, done) {
-  if (!(await confirmAction(title, text, okLabel))) return;
+// With field, call gets the value typed.
+async function act(button, title, text, okLabel, call, done, field) {
+  const answer = await confirmAction(title, text, okLabel, field);
+  if (field ? answer === null : !answer) return;
   if (button) button.disabled = true;
   try {
-    const res = await call();
+    const res = await call(answer);
     notice(done(res), 'ok');
   } catch (e) {
     let msg = explain(e);
@@ -660,6 +672,8 @@ function renderFigures(qv) {
         h('td', { class: 'actions' },
           h('button', { class: 'link toggle', onclick: () => toggleGroup(qv.name, g.name) }, open ? 'hide partitions' : 'per partition'),
           ' ',
+          h('button', { class: 'small seek-group', onclick: (ev) => seekGroup(ev.target, qv.name, g.name, g.consumers) }, 'Seek…'),
+          ' ',
           h('button', { class: 'danger small delete-group', onclick: (ev) => deleteGroup(ev.target, qv.name, g.name, g.consumers) }, 'Delete…'))),
       open ? h('tr', { class: 'detail' }, h('td', { colspan: 6 },
         table('group-partitions', ['Partition', 'Floor', 'Settled above floor', 'Lag', 'Leased', 'Oldest unsettled'],
@@ -711,6 +725,24 @@ function deleteGroup(button, queue, group, consumers) {
     'Delete group',
     () => api('DELETE', API + 'queues/' + enc(queue) + '/groups/' + enc(group)),
     (res) => 'Deleted group ' + res.group + ' of ' + res.queue + '.');
+}
+
+// seekPoint reads what the seek dialog was given: earliest, latest, an
+// RFC 3339 time, or PARTITION:OFFSET.
+function seekPoint(v) {
+  const m = v.match(/^(\d+):(\d+)$/);
+  return m ? { partition: Number(m[1]), offset: Number(m[2]) } : v;
+}
+
+function seekGroup(button, queue, group, consumers) {
+  act(button, 'Move group ' + group + '?',
+    'Messages before the point count as settled for ' + group + '; the ones ' + queue + ' still holds from it on are delivered to it again. ' +
+    'The point: earliest, latest, a time (2026-11-27T08:00:00Z) or PARTITION:OFFSET.' +
+    (consumers ? ' It has ' + plural(consumers, 'consumer') + ' connected: the node refuses while they are.' : ''),
+    'Move group',
+    (to) => api('POST', API + 'queues/' + enc(queue) + '/groups/' + enc(group) + '/seek', { to: seekPoint(to) }),
+    (res) => 'Moved group ' + res.group + ' of ' + res.queue + ' to ' + res.to + ' (' + plural(res.partitions.length, 'partition') + ').',
+    { label: 'Point', value: 'earliest' });
 }
 
 function purgeQueue(button, qv) {
