@@ -107,6 +107,7 @@ type Settings struct {
 	Start           queue.Start      `json:"start"`
 	Durability      queue.Durability `json:"durability"`
 	QoS0            queue.QoS0Policy `json:"qos0"`
+	Retention       queue.Retention  `json:"retention"`
 	MaxAge          Duration         `json:"max_age"`
 	MaxMessages     int64            `json:"max_messages"`
 	MaxBytes        int64            `json:"max_bytes"`
@@ -125,7 +126,7 @@ func settingsOf(o queue.Options) Settings {
 	return Settings{
 		Partitions: o.Partitions, Ordering: o.Ordering, AckTimeout: Duration(o.AckTimeout),
 		MaxDeliveries: o.MaxDeliveries, Prefetch: o.Prefetch, KeyInflight: o.KeyInflight, Start: o.Start, Durability: o.Durability, QoS0: o.QoS0,
-		MaxAge: Duration(o.MaxAge), MaxMessages: o.MaxMessages, MaxBytes: o.MaxBytes, Overflow: o.Overflow,
+		Retention: o.Retention, MaxAge: Duration(o.MaxAge), MaxMessages: o.MaxMessages, MaxBytes: o.MaxBytes, Overflow: o.Overflow,
 		RetryBackoff: Duration(o.RetryBackoff), RetryBackoffMax: Duration(o.RetryBackoffMax), DedupWindow: Duration(o.DedupWindow),
 		ReplicationFactor: o.ReplicationFactor, AckPolicy: o.AckPolicy,
 	}
@@ -136,7 +137,7 @@ func (s Settings) Options() queue.Options {
 	return queue.Options{
 		Partitions: s.Partitions, Ordering: s.Ordering, AckTimeout: time.Duration(s.AckTimeout),
 		MaxDeliveries: s.MaxDeliveries, Prefetch: s.Prefetch, KeyInflight: s.KeyInflight, Start: s.Start, Durability: s.Durability, QoS0: s.QoS0,
-		MaxAge: time.Duration(s.MaxAge), MaxMessages: s.MaxMessages, MaxBytes: s.MaxBytes, Overflow: s.Overflow,
+		Retention: s.Retention, MaxAge: time.Duration(s.MaxAge), MaxMessages: s.MaxMessages, MaxBytes: s.MaxBytes, Overflow: s.Overflow,
 		RetryBackoff: time.Duration(s.RetryBackoff), RetryBackoffMax: time.Duration(s.RetryBackoffMax), DedupWindow: time.Duration(s.DedupWindow),
 		ReplicationFactor: s.ReplicationFactor, AckPolicy: s.AckPolicy,
 	}

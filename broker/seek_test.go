@@ -83,3 +83,53 @@ func TestAdminSeekGroup(t *testing.T) {
 	refused(t, b, "POST", "/api/v1/queues/work/groups/nope/seek", adminToken, `{"to": "earliest"}`, http.StatusNotFound, "no such consumer group")
 	refused(t, b, "POST", seek, "", `{"to": "earliest"}`, http.StatusUnauthorized, "bearer token")
 }
+
+// TestRetentionTime (SPEC 12): a queue with retention time keeps what its
+// groups acked, across a restart, while a queue with the default deletes
+// it: a group made later reads all of it.
+func TestRetentionTime(t *testing.T) {
+	b := startBroker(t, t.TempDir(), withToken)
+	get[broker.QueueView](t, b, "PUT", "/api/v1/queues/events", adminToken, `{"retention": "time", "max_age": "24h", "partitions": 2}`, http.StatusCreated)
+	get[broker.QueueView](t, b, "PUT", "/api/v1/queues/plain", adminToken, `{"partitions": 2}`, http.StatusCreated)
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	for _, q := range []string{"events", "plain"} {
+		for i := range 6 {
+			if code := prod.publish("$queue/"+q, []byte("e"+strconv.Itoa(i))); code != 0 {
+				t.Fatalf("publish: %#x", code)
+			}
+		}
+	}
+	prod.close()
+	readAll := func(b *testBroker, q, group string) map[string]bool {
+		t.Helper()
+		c := dialRaw(t, b.MQTTAddr(), q+"-"+group, connectOpts{})
+		c.subscribe(1, nil, "$share/"+group+"/$queue/"+q)
+		got := map[string]bool{}
+		for range 6 {
+			p := c.next(5 * time.Second)
+			got[string(p.Payload)] = true
+			c.puback(p, 0)
+		}
+		c.close()
+		return got
+	}
+	for _, q := range []string{"events", "plain"} {
+		if got := readAll(b, q, "live"); len(got) != 6 {
+			t.Fatalf("live read %v of %s", got, q)
+		}
+	}
+	// Retention has run once plain, acked by its only group, is empty.
+	waitFor(t, func() bool { return show(t, b, "plain").Depth == 0 })
+	if v := show(t, b, "events"); v.Depth != 6 {
+		t.Fatalf("events holds %d messages after retention ran, want the 6 acked ones kept", v.Depth)
+	}
+	dir := b.dir
+	b.stop(t)
+	b2 := startBroker(t, dir, withToken)
+	if v := show(t, b2, "events"); v.Depth != 6 || v.Settings.Retention != "time" {
+		t.Fatalf("after a restart events holds %d messages with retention %q, want 6 with time", v.Depth, v.Settings.Retention)
+	}
+	if got := readAll(b2, "events", "replay"); len(got) != 6 {
+		t.Fatalf("a group made later read %v, want all 6", got)
+	}
+}

@@ -63,9 +63,10 @@
 //	    retry_backoff_max: 5m
 //	    prefetch: 1024
 //	    key_inflight: 1     # ordering key: messages of one key unsettled at once
-//	    start: earliest     # where a new group starts: earliest | latest
+//	    start: earliest     # where a new group starts: earliest | latest | an RFC 3339 time
 //	    durability: fsync   # fsync | async
 //	    qos0: allow         # allow | refuse: subscriptions at QoS 0
+//	    retention: acked    # acked: until every group settled it | time: for max_age, settled or not
 //	    max_age: 168h
 //	    max_messages: 0     # 0: no limit
 //	    max_bytes: 0

@@ -727,6 +727,8 @@ func dlqOptions(o Options) Options {
 	if o.MaxMessages > 0 || o.MaxBytes > 0 {
 		o.Overflow = OverflowDropOldest
 	}
+	// A dead letter goes once settled, whatever the queue keeps.
+	o.Retention = RetentionAcked
 	return o
 }
 

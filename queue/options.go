@@ -58,6 +58,18 @@ func (s Start) time() (time.Time, error) {
 	return time.Parse(time.RFC3339Nano, string(s))
 }
 
+// Retention says how long a queue keeps a message.
+type Retention string
+
+const (
+	// RetentionAcked: until every group settled it.
+	RetentionAcked Retention = "acked"
+	// RetentionTime: for max_age (within max_messages and max_bytes),
+	// settled or not: a group made later, or moved back (Seek), reads
+	// it again.
+	RetentionTime Retention = "time"
+)
+
 // Overflow says what a full queue does with a new publish.
 type Overflow string
 
@@ -102,7 +114,11 @@ type Options struct {
 	// QoS0 says whether a consumer may subscribe at QoS 0 ("" is allow).
 	QoS0 QoS0Policy `yaml:"qos0" json:"qos0"`
 
-	// Retention.
+	// Retention: RetentionAcked ("" too), a message stays until every
+	// group settled it (or max_age, max_messages, max_bytes end it), or
+	// RetentionTime, it stays for max_age within max_messages and
+	// max_bytes whether groups settled it or not, as in a stream.
+	Retention   Retention     `yaml:"retention" json:"retention"`
 	MaxAge      time.Duration `yaml:"max_age" json:"max_age"`
 	MaxMessages int64         `yaml:"max_messages" json:"max_messages"`
 	MaxBytes    int64         `yaml:"max_bytes" json:"max_bytes"`
@@ -173,6 +189,10 @@ func (o Options) Validate() error {
 		return &FieldError{"key_inflight", fmt.Sprintf("must be between 1 and 65535, got %d", o.KeyInflight)}
 	case CheckStart(o.Start) != nil:
 		return &FieldError{"start", fmt.Sprintf("must be earliest, latest or an RFC 3339 time, got %q", o.Start)}
+	case o.Retention != "" && o.Retention != RetentionAcked && o.Retention != RetentionTime:
+		return &FieldError{"retention", fmt.Sprintf("must be acked or time, got %q", o.Retention)}
+	case o.Retention == RetentionTime && o.MaxAge == 0 && o.MaxMessages == 0 && o.MaxBytes == 0:
+		return &FieldError{"retention", "time keeps messages for max_age: set max_age (or max_messages or max_bytes), or the queue grows without bound"}
 	case o.Durability != DurabilityFsync && o.Durability != DurabilityAsync:
 		return &FieldError{"durability", fmt.Sprintf("must be fsync or async, got %q", o.Durability)}
 	case o.QoS0 != "" && o.QoS0 != QoS0Allow && o.QoS0 != QoS0Refuse:

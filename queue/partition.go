@@ -245,8 +245,8 @@ func (p *partition) flushStateLocked(b *Batch) {
 // must be held.
 func (p *partition) retainLocked(b *Batch) {
 	q := p.q
-	if len(q.groups) == 0 {
-		return
+	if len(q.groups) == 0 || q.opts.Retention == RetentionTime {
+		return // kept for max_age: eviction deletes it (retention.go)
 	}
 	low := p.committed
 	for _, g := range q.groups {

@@ -221,6 +221,9 @@ func (q *Queue) fullLocked(size int) bool {
 		// that wait above a floor for retention (acked out of order).
 		var acked, ackedBytes int64
 		for _, p := range q.parts {
+			if q.opts.Retention == RetentionTime {
+				break // kept, settled or not: they count
+			}
 			n, b := p.settledByAllLocked()
 			acked, ackedBytes = acked+n, ackedBytes+b
 		}

@@ -15,6 +15,12 @@ import (
 // Eviction takes messages from the head of a partition only and stops at a
 // message some consumer holds a lease on: it is evicted once settled or
 // released, if still due.
+//
+// With retention time a queue keeps its messages, settled or not, until
+// they are due by max_age, max_messages or max_bytes, and then deletes
+// them without dead-lettering any: a stream's history ages out, and a
+// group that had not read a message by then does not get it (counted in
+// Stats.Expired, or Stats.Dropped when over a limit).
 
 // evictBatch bounds the messages one eviction pass reads per partition.
 const evictBatch = 256
@@ -120,6 +126,7 @@ func (q *Queue) evictHead(i int, now time.Time, next *time.Time) (int, error) {
 	looked := len(msgs)
 
 	p.mu.Lock()
+	stream := q.opts.Retention == RetentionTime
 	var due []*Message
 	var reasons []string
 	excess, excessBytes := int64(0), int64(0)
@@ -141,7 +148,7 @@ scan:
 			*next = now // held by a lease: look again next pass
 			break
 		}
-		if q.settledByAllLocked(i, m.Offset) {
+		if !stream && q.settledByAllLocked(i, m.Offset) {
 			continue // waits for retention to delete it; not to be evicted again
 		}
 		switch {
@@ -163,8 +170,10 @@ scan:
 	if len(due) == 0 {
 		return 0, nil
 	}
-	if err := q.deadLetterAll(i, due, reasons); err != nil {
-		return 0, err
+	if !stream {
+		if err := q.deadLetterAll(i, due, reasons); err != nil {
+			return 0, err
+		}
 	}
 
 	p.mu.Lock()
@@ -182,12 +191,19 @@ scan:
 			}
 		}
 	}
-	if q.dlq == nil {
+	switch {
+	case stream:
+		for _, r := range reasons {
+			if r == ReasonOverflow {
+				q.stats.Dropped.Add(1)
+			}
+		}
+	case q.dlq == nil:
 		q.stats.Dropped.Add(uint64(len(due)))
-	} else {
+	default:
 		q.stats.DeadLettered.Add(uint64(len(due)))
 	}
-	if len(q.groups) == 0 && last+1 > p.first {
+	if (stream || len(q.groups) == 0) && last+1 > p.first {
 		b.Deletes = append(b.Deletes, RangeDelete{Queue: q.name, Partition: i, From: p.first, To: last + 1})
 		p.advance(last + 1)
 	}

@@ -118,3 +118,68 @@ func TestQueueSeekSurvivesACrash(t *testing.T) {
 		t.Fatalf("after the seek and a crash: %v, want m2 and m3 again", got)
 	}
 }
+
+// SPEC 12, retention time: a queue keeps its messages for max_age whether
+// groups settled them or not, so a group made later reads them all and a
+// group moved back reads them again; max_age and a drop-oldest limit
+// still delete them, without dead-lettering any.
+func TestQueueRetentionTime(t *testing.T) {
+	stream := func(o *queue.Options) { o.Retention = queue.RetentionTime; o.MaxAge = time.Hour }
+	late := sub{group: "late", prefetch: 10}
+	runScripts(t, []script{
+		{
+			name: "a group made after another acked everything gets all of it",
+			opts: stream,
+			subs: map[string]sub{"l": late},
+			steps: []step{
+				{pub: []msg{kmsg("a", "m1"), kmsg("b", "m2")}, sub: "c", want: []string{"c:m1#1", "c:m2#1"}},
+				{op: ack, of: "c:m1"},
+				{op: ack, of: "c:m2", retain: true, depth: depth(2)},
+				{sub: "l", want: []string{"l:m1#1", "l:m2#1"}},
+			},
+		},
+		{
+			name: "moved back to earliest, a group reads again what it acked",
+			opts: stream,
+			steps: []step{
+				{pub: []msg{kmsg("a", "m1")}, sub: "c", want: []string{"c:m1#1"}},
+				{op: ack, of: "c:m1", retain: true},
+				{close: "c", seek: &seekStep{to: queue.SeekTo{Earliest: true}}},
+				{sub: "c2", want: []string{"c2:m1#1"}},
+			},
+		},
+		{
+			name: "max_age deletes on time, read or not, and the dead-letter queue gets none",
+			opts: stream,
+			steps: []step{
+				{pub: []msg{kmsg("a", "m1")}, sub: "c", want: []string{"c:m1#1"}},
+				{op: ack, of: "c:m1"},
+				{close: "c"},
+				{pub: []msg{kmsg("b", "m2")}, tick: 2 * time.Hour, retain: true, depth: depth(0)},
+				{sub: "c2"},
+				{pub: []msg{kmsg("c", "m3")}, want: []string{"c2:m3#1"}},
+			},
+		},
+		{
+			name: "with the default, a group made later misses what every group acked",
+			subs: map[string]sub{"l": late},
+			steps: []step{
+				{pub: []msg{kmsg("a", "m1")}, sub: "c", want: []string{"c:m1#1"}},
+				{op: ack, of: "c:m1", retain: true, depth: depth(0)},
+				{pub: []msg{kmsg("b", "m2")}, sub: "l", want: []string{"c:m2#1", "l:m2#1"}},
+			},
+		},
+		{
+			name: "over max_messages with drop-oldest, the oldest goes, not dead-lettered",
+			opts: func(o *queue.Options) {
+				stream(o)
+				o.MaxMessages, o.Overflow = 2, queue.OverflowDropOldest
+			},
+			subs: map[string]sub{"l": late},
+			steps: []step{
+				{pub: []msg{kmsg("a", "m1"), kmsg("b", "m2"), kmsg("c", "m3")}, retain: true, depth: depth(2)},
+				{sub: "l", want: []string{"l:m2#1", "l:m3#1"}},
+			},
+		},
+	})
+}

@@ -24,6 +24,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/shardq/shardq/broker"
+	"github.com/shardq/shardq/queue"
 	"github.com/shardq/shardq/config"
 )
 
@@ -734,8 +735,8 @@ func printQueue(w io.Writer, q broker.QueueView) {
 	fmt.Fprintf(w, "queue %s on %s (settings: %s)\n", q.Name, q.Node, q.Source)
 	fmt.Fprintf(w, "  partitions=%d ordering=%s durability=%s ack_timeout=%s max_deliveries=%d prefetch=%d\n",
 		s.Partitions, s.Ordering, s.Durability, time.Duration(s.AckTimeout), s.MaxDeliveries, s.Prefetch)
-	fmt.Fprintf(w, "  max_age=%s max_messages=%d max_bytes=%d overflow=%s retry_backoff=%s..%s dedup_window=%s\n",
-		time.Duration(s.MaxAge), s.MaxMessages, s.MaxBytes, s.Overflow, time.Duration(s.RetryBackoff),
+	fmt.Fprintf(w, "  retention=%s max_age=%s max_messages=%d max_bytes=%d overflow=%s retry_backoff=%s..%s dedup_window=%s\n",
+		cmp.Or(s.Retention, queue.RetentionAcked), time.Duration(s.MaxAge), s.MaxMessages, s.MaxBytes, s.Overflow, time.Duration(s.RetryBackoff),
 		time.Duration(s.RetryBackoffMax), time.Duration(s.DedupWindow))
 	printFigures(w, q, true)
 	if q.DLQ != nil {
