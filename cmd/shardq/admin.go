@@ -24,8 +24,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/shardq/shardq/broker"
-	"github.com/shardq/shardq/queue"
 	"github.com/shardq/shardq/config"
+	"github.com/shardq/shardq/queue"
 )
 
 // adminOptions are the flags of the admin commands; each command registers
