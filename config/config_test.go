@@ -1047,3 +1047,39 @@ func runErrorCases(t *testing.T, tests []errorCase) {
 		})
 	}
 }
+
+// TestConfigDocumented: docs/CONFIG.md has a row for every key the file
+// may hold (a declared queue's keys through queues.defaults), and no row
+// for a key it may not.
+func TestConfigDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "CONFIG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if k, ok := strings.CutPrefix(line, "| `"); ok {
+			if k, _, ok := strings.Cut(k, "`"); ok {
+				rows[k] = true
+			}
+		}
+	}
+	known := map[string]bool{}
+	for _, k := range Keys() {
+		if rest, ok := strings.CutPrefix(k, "queues.declared.NAME."); ok {
+			k = "queues.defaults." + rest
+		}
+		known[k] = true
+		if !rows[k] {
+			t.Errorf("docs/CONFIG.md has no row for %s", k)
+		}
+	}
+	for k := range rows {
+		if !known[k] {
+			t.Errorf("docs/CONFIG.md documents %s, which the config file may not hold", k)
+		}
+	}
+	if !strings.Contains(string(doc), "`queues.declared.NAME`") {
+		t.Error("docs/CONFIG.md does not say how a queue is declared")
+	}
+}

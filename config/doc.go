@@ -134,6 +134,7 @@
 //	  lease_ttl: 5s         # 1s to 60s; a node that cannot renew its lease stops committing
 //	  raft_log_keep: 5000   # applied raft entries kept per replicated partition
 //	  replace_after: 1m     # a replica's node gone this long is replaced
+//	  max_moves: 2          # replicated partitions each leader moves at once
 //	  placement:            # first match wins; a queue no rule matches: any node
 //	    - {queues: "orders-*", nodes: [node-a, node-b]}
 //

@@ -47,6 +47,42 @@ type decoder struct {
 type field struct {
 	key    string
 	decode func(n *yaml.Node, path string) error
+	// sub are the keys under it, for Keys: a section's, or those of each
+	// rule of a list (list), or of each entry of a map (named).
+	sub         []field
+	list, named bool
+}
+
+// sec is the field of section key, holding fields.
+func (d *decoder) sec(key string, fields []field) field {
+	return field{key: key, decode: d.section(fields), sub: fields}
+}
+
+// Keys lists every key a config file may hold, as dotted paths: under a
+// list of rules as KEY[].FIELD, under a map of queues as
+// queues.declared.NAME.FIELD. docs/CONFIG.md documents each.
+func Keys() []string {
+	d := &decoder{c: &Config{}, unread: map[string]bool{}}
+	var out []string
+	var walk func(prefix string, fs []field)
+	walk = func(prefix string, fs []field) {
+		for _, f := range fs {
+			k := join(prefix, f.key)
+			switch {
+			case f.list:
+				out = append(out, k)
+				walk(k+"[]", f.sub)
+			case f.named:
+				walk(k+".NAME", f.sub)
+			case f.sub != nil:
+				walk(k, f.sub)
+			default:
+				out = append(out, k)
+			}
+		}
+	}
+	walk("", d.top())
+	return out
 }
 
 // decodeFile decodes the YAML config file data, read from file, into c.
@@ -92,43 +128,44 @@ func (d *decoder) fail(err error) {
 func (d *decoder) top() []field {
 	c := d.c
 	return []field{
-		{"node_id", d.leaf(&c.NodeID)},
-		{"data_dir", d.leaf(&c.DataDir)},
-		{"listen", d.section([]field{
-			{"mqtt", d.leaf(&c.MQTT)},
-			{"mqtts", d.leaf(&c.MQTTS)},
-			{"ws", d.leaf(&c.WS)},
-			{"wss", d.leaf(&c.WSS)},
-			{"http", d.leaf(&c.HTTP)},
-		})},
-		{"log_level", d.logLevel},
-		{"queues", d.section([]field{
+		{key: "node_id", decode: d.leaf(&c.NodeID)},
+		{key: "data_dir", decode: d.leaf(&c.DataDir)},
+		d.sec("listen", []field{
+			{key: "mqtt", decode: d.leaf(&c.MQTT)},
+			{key: "mqtts", decode: d.leaf(&c.MQTTS)},
+			{key: "ws", decode: d.leaf(&c.WS)},
+			{key: "wss", decode: d.leaf(&c.WSS)},
+			{key: "http", decode: d.leaf(&c.HTTP)},
+		}),
+		{key: "log_level", decode: d.logLevel},
+		d.sec("queues", []field{
 			// defaults before declared: declared queues inherit them.
-			{"defaults", d.section(append(d.tagged(&c.Queues.Defaults), field{"max_delay", d.leaf(&c.Queues.MaxDelay)}))},
-			{"auto_create", d.leaf(&c.Queues.AutoCreate)},
-			{"declared", d.declared},
-		})},
-		{"mqtt", d.section(d.tagged(&c.Protocol))},
-		{"storage", d.section(d.tagged(&c.Storage))},
-		{"http", d.section(d.tagged(&c.Admin))},
-		{"auth", d.section([]field{
-			{"users_file", d.leaf(&c.Auth.UsersFile)},
-			{"acl", d.acl},
-		})},
-		{"limits", d.section(d.tagged(&c.Limits))},
-		{"cluster", d.section([]field{
-			{"etcd", d.section(d.tagged(&c.Cluster.Etcd))},
-			{"tls", d.section(d.tagged(&c.Cluster.TLS))},
-			{"addr", d.leaf(&c.Cluster.Addr)},
-			{"advertise", d.leaf(&c.Cluster.Advertise)},
-			{"token", d.leaf(&c.Cluster.Token)},
-			{"allow_insecure", d.leaf(&c.Cluster.AllowInsecure)},
-			{"placement", d.placement},
-			{"lease_ttl", d.leaf(&c.Cluster.LeaseTTL)},
-			{"raft_log_keep", d.leaf(&c.Cluster.RaftLogKeep)},
-			{"replace_after", d.leaf(&c.Cluster.ReplaceAfter)},
-			{"max_moves", d.leaf(&c.Cluster.MaxMoves)},
-		})},
+			d.sec("defaults", append(d.tagged(&c.Queues.Defaults), field{key: "max_delay", decode: d.leaf(&c.Queues.MaxDelay)})),
+			{key: "auto_create", decode: d.leaf(&c.Queues.AutoCreate)},
+			{key: "declared", decode: d.declared, named: true,
+				sub: append(d.tagged(&queue.Options{}), field{key: "max_delay", decode: d.leaf(new(time.Duration))})},
+		}),
+		d.sec("mqtt", d.tagged(&c.Protocol)),
+		d.sec("storage", d.tagged(&c.Storage)),
+		d.sec("http", d.tagged(&c.Admin)),
+		d.sec("auth", []field{
+			{key: "users_file", decode: d.leaf(&c.Auth.UsersFile)},
+			{key: "acl", decode: d.acl, list: true, sub: d.tagged(&auth.Rule{})},
+		}),
+		d.sec("limits", d.tagged(&c.Limits)),
+		d.sec("cluster", []field{
+			d.sec("etcd", d.tagged(&c.Cluster.Etcd)),
+			d.sec("tls", d.tagged(&c.Cluster.TLS)),
+			{key: "addr", decode: d.leaf(&c.Cluster.Addr)},
+			{key: "advertise", decode: d.leaf(&c.Cluster.Advertise)},
+			{key: "token", decode: d.leaf(&c.Cluster.Token)},
+			{key: "allow_insecure", decode: d.leaf(&c.Cluster.AllowInsecure)},
+			{key: "placement", decode: d.placement, list: true, sub: d.tagged(&Placement{})},
+			{key: "lease_ttl", decode: d.leaf(&c.Cluster.LeaseTTL)},
+			{key: "raft_log_keep", decode: d.leaf(&c.Cluster.RaftLogKeep)},
+			{key: "replace_after", decode: d.leaf(&c.Cluster.ReplaceAfter)},
+			{key: "max_moves", decode: d.leaf(&c.Cluster.MaxMoves)},
+		}),
 	}
 }
 
@@ -195,7 +232,7 @@ func (d *decoder) declared(n *yaml.Node, path string) error {
 		maxDelay := time.Duration(-1)
 		// A queue with a setting that cannot be read is declared with the
 		// others all the same, so that Validate checks them too.
-		d.fail(d.section(append(d.tagged(&o), field{"max_delay", d.leaf(&maxDelay)}))(p.value, qpath))
+		d.fail(d.section(append(d.tagged(&o), field{key: "max_delay", decode: d.leaf(&maxDelay)}))(p.value, qpath))
 		d.c.Queues.Declared[p.key.Value] = o
 		if _, set := d.c.origin[qpath+".max_delay"]; set {
 			if d.c.Queues.DeclaredMaxDelay == nil {
@@ -294,10 +331,10 @@ func (d *decoder) tagged(ptr any) []field {
 		}
 		fv := v.Field(i)
 		if fv.Kind() == reflect.Struct && !isLeaf(fv) {
-			fields = append(fields, field{key, d.section(d.tagged(fv.Addr().Interface()))})
+			fields = append(fields, d.sec(key, d.tagged(fv.Addr().Interface())))
 			continue
 		}
-		fields = append(fields, field{key, d.leaf(fv.Addr().Interface())})
+		fields = append(fields, field{key: key, decode: d.leaf(fv.Addr().Interface())})
 	}
 	return fields
 }
