@@ -102,17 +102,27 @@ func (c *command) usage(w io.Writer) {
 // returns the exit code to end with (0 after printing the help, 2 after a
 // usage error), or -1 to go on.
 func (c *command) parseNoArgs(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	_, code := c.parseOne(args, "", getenv, stdout, stderr)
+	return code
+}
+
+// parseOne parses the flags of a command that takes one argument, named
+// what in the usage error, or none when what is "". It returns the
+// arguments, and the exit code to end with (as parseNoArgs) or -1 to go on.
+func (c *command) parseOne(args []string, what string, getenv func(string) string, stdout, stderr io.Writer) ([]string, int) {
 	pos, err := c.parse(args, getenv)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		c.usage(stdout)
-		return 0
+		return nil, 0
 	case err != nil:
-		return c.fail(stderr, "%v", err)
-	case len(pos) > 0:
-		return c.fail(stderr, "unexpected argument %q", pos[0])
+		return nil, c.fail(stderr, "%v", err)
+	case what == "" && len(pos) > 0:
+		return nil, c.fail(stderr, "unexpected argument %q", pos[0])
+	case what != "" && len(pos) != 1:
+		return nil, c.fail(stderr, "want one %s, got %d arguments", what, len(pos))
 	}
-	return -1
+	return pos, -1
 }
 
 func (c *command) fail(stderr io.Writer, format string, a ...any) int {

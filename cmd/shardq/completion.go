@@ -8,7 +8,7 @@ import (
 )
 
 // commands are shardq's commands, as run dispatches them.
-var commands = []string{"serve", "version", "health", "queues", "queue", "group", "dlq", "clients", "client",
+var commands = []string{"serve", "version", "health", "pub", "sub", "queues", "queue", "group", "dlq", "clients", "client",
 	"cluster", "passwd", "migrate-shards", "bench", "help", "completion"}
 
 // completionCommand prints a shell completion script: shardq completion

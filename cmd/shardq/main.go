@@ -33,9 +33,11 @@ commands:
   serve              run a node
   version            print the version, the commit and the Go version
   health             check that a node answers (exit 0) or not (exit 1)
+  pub                publish over MQTT and print the broker's answers
+  sub                subscribe over MQTT, print what comes, ack, nack, reject or release it
   queues             list a node's queues
-  queue              show, peek, purge or declare a queue
-  group delete       delete a consumer group
+  queue              show, peek, purge, declare or delete a queue
+  group              list, seek or delete consumer groups
   dlq replay         publish dead letters into their queue again
   clients            the connected clients, with what they subscribe to and consume
   client disconnect  disconnect a client
@@ -79,6 +81,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return versionCommand(nil, stdout, stderr)
 	case "health":
 		return healthCommand(ctx, rest, stdout, stderr, os.Getenv)
+	case "pub":
+		return pubCommand(ctx, rest, stdout, stderr, os.Getenv)
+	case "sub":
+		return subCommand(ctx, rest, stdout, stderr, os.Getenv)
 	case "queues", "queue", "group", "dlq", "clients", "client":
 		return adminCommand(ctx, append([]string{cmd}, rest...), stdout, stderr, os.Getenv)
 	case "cluster":
@@ -107,7 +113,7 @@ func help(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	switch args[0] {
-	case "serve", "version", "health", "queues", "queue", "group", "dlq", "clients", "client", "cluster", "passwd", "migrate-shards", "bench", "completion":
+	case "serve", "version", "health", "pub", "sub", "queues", "queue", "group", "dlq", "clients", "client", "cluster", "passwd", "migrate-shards", "bench", "completion":
 		return run(append(args[:len(args):len(args)], "--help"), stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "shardq help: unknown command %q\n\n%s", args[0], usage)
