@@ -181,8 +181,13 @@ func (n *node) waitReadyOrPortTaken(t testing.TB, within time.Duration) bool {
 	for {
 		select {
 		case <-n.exited:
-			if b, _ := os.ReadFile(n.logPath); int64(len(b)) >= n.logStart && strings.Contains(string(b[n.logStart:]), "address already in use") {
-				return true
+			// The MQTT and HTTP listeners say "the address is in use"
+			// (broker.listenError), the cluster's gRPC one the system's
+			// "address already in use".
+			if b, _ := os.ReadFile(n.logPath); int64(len(b)) >= n.logStart {
+				if log := string(b[n.logStart:]); strings.Contains(log, "the address is in use") || strings.Contains(log, "address already in use") {
+					return true
+				}
 			}
 			t.Fatalf("node %s exited before it was ready:\n%s", n.id, n.logTail())
 		default:
