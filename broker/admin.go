@@ -233,7 +233,8 @@ func (a *adminAPI) view(q *queue.Queue, detail bool) QueueView {
 		}
 	}
 	for _, g := range info.Groups {
-		gv := GroupView{Name: g.Name, Consumers: g.Consumers, Lag: g.Lag(), Leased: g.Leased(), OldestUnsettledAge: ageOf(g.OldestUnsettled(), now)}
+		gv := GroupView{Name: g.Name, Consumers: g.Consumers, Lag: g.Lag(), Leased: g.Leased(), OldestUnsettledAge: ageOf(g.OldestUnsettled(), now),
+			Filter: g.Filter, Filtered: g.Counts.Filtered}
 		if detail {
 			for _, p := range g.Partitions {
 				gv.Partitions = append(gv.Partitions, GroupPartitionView{Partition: p.Partition, Floor: p.Floor,

@@ -63,6 +63,10 @@ type GroupView struct {
 	Consumers int    `json:"consumers"`
 	Lag       uint64 `json:"lag"`
 	Leased    int    `json:"leased"`
+	// Filter is the group's subject filter ("" for every subject);
+	// Filtered counts the messages it left out since the node started.
+	Filter   string `json:"filter,omitempty"`
+	Filtered uint64 `json:"filtered,omitempty"`
 	// OldestUnsettledAge is the age in seconds of the oldest message the
 	// group has not settled; 0 when none.
 	OldestUnsettledAge float64              `json:"oldest_unsettled_age_seconds"`

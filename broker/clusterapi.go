@@ -348,6 +348,8 @@ func mergeQueue(v *QueueView, o QueueView) {
 		mg.Consumers = max(mg.Consumers, g.Consumers)
 		mg.Lag += g.Lag
 		mg.Leased += g.Leased
+		mg.Filter = cmp.Or(mg.Filter, g.Filter)
+		mg.Filtered += g.Filtered
 		mg.OldestUnsettledAge = max(mg.OldestUnsettledAge, g.OldestUnsettledAge)
 		for _, gp := range g.Partitions {
 			if !served[gp.Partition] {

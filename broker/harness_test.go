@@ -246,6 +246,12 @@ func (c *rawClient) close() {
 // subscribe sends one SUBSCRIBE and returns the SUBACK reason codes.
 func (c *rawClient) subscribe(qos byte, user map[string]string, filters ...string) []byte {
 	c.t.Helper()
+	return c.subscribeAck(qos, user, filters...).Reasons
+}
+
+// subscribeAck sends one SUBSCRIBE and returns its SUBACK.
+func (c *rawClient) subscribeAck(qos byte, user map[string]string, filters ...string) *packets.Suback {
+	c.t.Helper()
 	id := c.id16()
 	ch := make(chan *packets.Suback, 1)
 	c.mu.Lock()
@@ -261,7 +267,7 @@ func (c *rawClient) subscribe(qos byte, user map[string]string, filters ...strin
 	c.write(s)
 	select {
 	case sa := <-ch:
-		return sa.Reasons
+		return sa
 	case <-time.After(5 * time.Second):
 		c.t.Fatalf("%s: no SUBACK", c.id)
 		return nil

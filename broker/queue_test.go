@@ -316,7 +316,7 @@ func TestQueueRejectsInvalidTopicsAndFilters(t *testing.T) {
 			t.Errorf("publish to %q: reason %#x, want 0x90", topic, rc)
 		}
 	}
-	for _, f := range []string{"$queue/#", "$queue/+/x", "$share/g/$queue/+", "$queue/q/sub", "$queue/bad name"} {
+	for _, f := range []string{"$queue/#", "$queue/+/x", "$share/g/$queue/+", "$queue/q/$sub", "$queue/q/#/x", "$queue/q/$dlq/eu", "$queue/bad name"} {
 		if rc := c.subscribe(1, nil, f); rc[0] != 0x8F {
 			t.Errorf("subscribe %q: SUBACK %#x, want 0x8F", f, rc[0])
 		}

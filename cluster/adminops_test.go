@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -267,6 +268,26 @@ func TestAdminChangesAcrossNodes(t *testing.T) {
 // messages kept for an hour whether acked or not.
 const seekConfig = "queues:\n  declared:\n    stream:\n      partitions: 2\n      ordering: none\n      retention: time\n      max_age: 1h\n"
 
+// startStream starts nodes a, b and c with seekConfig, its partitions
+// placed, and returns them with the node that leads neither partition of
+// stream (two partitions, three nodes: there is one) and the owners.
+func startStream(t *testing.T) (*testCluster, string, map[int]ownership) {
+	t.Helper()
+	c := newCluster(t, "--config", configFile(t, seekConfig))
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	c.waitPlaced("stream", 2, []string{"a", "b", "c"}, nil, 60*time.Second)
+	owners := c.owners("stream")
+	for _, id := range []string{"a", "b", "c"} {
+		if owners[0].Owner != id && owners[1].Owner != id {
+			return c, id, owners
+		}
+	}
+	t.Fatalf("every node leads a partition of stream: %v", owners)
+	return nil, "", nil
+}
+
 // TestSeekAcrossNodes (SPEC 12, seek and retention time in a cluster): a
 // group moved to earliest through a node that leads none of the queue's
 // partitions moves on every partition, through their replicated logs: its
@@ -274,21 +295,7 @@ const seekConfig = "queues:\n  declared:\n    stream:\n      partitions: 2\n    
 // as first deliveries, and still after the leader of a partition is
 // killed. Refused while the group has a consumer, on whichever node.
 func TestSeekAcrossNodes(t *testing.T) {
-	c := newCluster(t, "--config", configFile(t, seekConfig))
-	for _, id := range []string{"a", "b", "c"} {
-		c.start(id)
-	}
-	c.waitPlaced("stream", 2, []string{"a", "b", "c"}, nil, 60*time.Second)
-	owners := c.owners("stream")
-	x := ""
-	for _, id := range []string{"a", "b", "c"} {
-		if owners[0].Owner != id && owners[1].Owner != id {
-			x = id
-		}
-	}
-	if x == "" {
-		t.Skip("every node leads a partition of stream") // two partitions, three nodes: never
-	}
+	c, x, owners := startStream(t)
 	prod := dial(t, c.nodes[x].mqtt, "producer", 32)
 	want := map[string]bool{}
 	for i := range 10 {
@@ -343,4 +350,41 @@ func TestSeekAcrossNodes(t *testing.T) {
 	live := slices.DeleteFunc([]string{"a", "b", "c"}, func(id string) bool { return id == victim })
 	c.waitOwned("stream", 2, 30*time.Second, live...)
 	read("second")
+}
+
+// TestSubjectFilterAcrossNodes (SPEC 12, subject filters in a cluster): a
+// consumer on a node that leads none of the queue's partitions, in a group
+// with the filter eu/#, gets exactly the eu subjects from the partitions'
+// leaders, on their own topics; the group keeps its filter on every
+// leader, which refuses another one for it.
+func TestSubjectFilterAcrossNodes(t *testing.T) {
+	c, x, owners := startStream(t)
+	eu := dial(t, c.nodes[x].mqtt, "eu", 32)
+	eu.subscribe("$share/eu/$queue/stream/eu/#")
+	prod := dial(t, c.nodes[owners[0].Owner].mqtt, "producer", 32)
+	for i := range 12 {
+		region := []string{"eu/de", "us/ny", "eu/fr"}[i%3]
+		if code, err := prod.publish("$queue/stream/"+region, fmt.Sprintf("k%d", i), []byte(region)); err != nil || code != 0 {
+			t.Fatalf("publish %d: %#x %v", i, code, err)
+		}
+	}
+	waitCount(t, 8, 15*time.Second, eu)
+	c.waitFigures("stream", 10*time.Second, func(f queueFigures) bool { lag, ok := f.lag("eu"); return ok && lag == 0 }, "a", "b", "c")
+	for _, p := range eu.received() {
+		if !strings.HasPrefix(string(p.Payload), "eu/") || p.Topic != "$queue/stream/"+string(p.Payload) {
+			t.Errorf("eu/# got %s on %s", p.Payload, p.Topic)
+		}
+	}
+	if n := len(eu.received()); n != 8 {
+		t.Fatalf("eu/# got %d messages, want the 8 eu ones", n)
+	}
+	// A consumer with another filter for the group, on a leader: refused.
+	leader := c.nodes[owners[1].Owner]
+	us := dial(t, leader.mqtt, "us", 32)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sa, err := us.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "$share/eu/$queue/stream/us/#", QoS: 1}}})
+	if sa == nil || len(sa.Reasons) != 1 || sa.Reasons[0] != 0x8F {
+		t.Fatalf("another filter for group eu on a leader: SUBACK %+v (%v), want 0x8F", sa, err)
+	}
 }

@@ -226,6 +226,17 @@ func (rs *remoteSub) run(ctx context.Context, node string, cs *consumeStream) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, queue.ErrFilterMismatch) {
+			// Refused by the node: the group has another subject filter
+			// there. Asked again, in case the group goes.
+			rs.n.log.Warn("a partition's leader refuses this consumer: its subject filter is not its group's", "node", node, "queue", rs.f.Queue, "group", rs.f.Group, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Second):
+			}
+			continue
+		}
 		rs.n.log.Debug("consumer stream ended", "node", node, "queue", rs.f.Queue, "group", rs.f.Group, "err", err)
 		select {
 		case <-ctx.Done():
@@ -251,7 +262,7 @@ func (rs *remoteSub) stream(ctx context.Context, node string, cs *consumeStream)
 		ps[i] = int32(x)
 	}
 	if err := s.Send(&pb.ConsumeUp{Subscribe: &pb.Subscribe{Queue: rs.f.Queue, Group: rs.f.Group, Shared: rs.f.Shared,
-		AllSubjects: rs.f.AllSubjects, Partitions: ps, Prefetch: int32(rs.o.Prefetch), Explicit: rs.o.Explicit, Start: string(rs.o.Start),
+		AllSubjects: rs.f.AllSubjects, Subjects: rs.f.Subjects, Partitions: ps, Prefetch: int32(rs.o.Prefetch), Explicit: rs.o.Explicit, Start: string(rs.o.Start),
 		Credit: rs.window(), Node: rs.n.opts.NodeID}}); err != nil {
 		return err
 	}
@@ -478,7 +489,7 @@ func (s *server) Consume(stream pb.Node_ConsumeServer) error {
 	}
 	sr := &streamReceiver{wake: make(chan struct{}, 1)}
 	o := queue.ConsumerOptions{Prefetch: int(sub.Prefetch), Explicit: sub.Explicit, Start: queue.Start(sub.Start), Credit: queue.NewCredit(int(max(1, sub.Credit)))}
-	f := queue.Filter{Queue: sub.Queue, Group: sub.Group, Shared: sub.Shared, AllSubjects: sub.AllSubjects}
+	f := queue.Filter{Queue: sub.Queue, Group: sub.Group, Shared: sub.Shared, AllSubjects: sub.AllSubjects, Subjects: sub.Subjects}
 	c, err := s.n.m.Subscribe(ctx, f, sr, o)
 	if err != nil {
 		return stream.Send(&pb.ConsumeDown{Error: toResult(0, err)})

@@ -148,6 +148,7 @@ var codes = []struct {
 	{pb.Code_NOT_LEASED, queue.ErrNotLeased},
 	{pb.Code_CLOSED, queue.ErrClosed},
 	{pb.Code_BAD_PARTITIONS, queue.ErrBadPartitions},
+	{pb.Code_FILTER_MISMATCH, queue.ErrFilterMismatch},
 }
 
 // toResult encodes err for the wire.

@@ -24,7 +24,7 @@ func toLogWrite(id queue.PartitionID, epoch uint64, msg *queue.Message, b *queue
 		w.Deletes = append(w.Deletes, &pb.RangeDelete{From: d.From, To: d.To})
 	}
 	for _, f := range b.Floors {
-		w.Floors = append(w.Floors, &pb.FloorWrite{Group: f.Group, Floor: f.Floor, Delivered: f.Delivered})
+		w.Floors = append(w.Floors, &pb.FloorWrite{Group: f.Group, Floor: f.Floor, Delivered: f.Delivered, Filter: f.Filter})
 	}
 	for _, m := range b.Marks {
 		w.Marks = append(w.Marks, &pb.SettleMark{Group: m.Group, Offset: m.Offset, Set: m.Set})
@@ -62,7 +62,7 @@ func fromLogWrite(id queue.PartitionID, w *pb.LogWrite) (*queue.Message, *queue.
 		b.Deletes = append(b.Deletes, queue.RangeDelete{Queue: q, Partition: p, From: d.From, To: d.To})
 	}
 	for _, f := range w.Floors {
-		b.Floors = append(b.Floors, queue.FloorWrite{Queue: q, Group: f.Group, Partition: p, Floor: f.Floor, Delivered: f.Delivered})
+		b.Floors = append(b.Floors, queue.FloorWrite{Queue: q, Group: f.Group, Partition: p, Floor: f.Floor, Delivered: f.Delivered, Filter: f.Filter})
 	}
 	for _, m := range w.Marks {
 		b.Marks = append(b.Marks, queue.SettleMark{Queue: q, Group: m.Group, Partition: p, Offset: m.Offset, Set: m.Set})

@@ -88,12 +88,15 @@ func (n *Node) Settings(ctx context.Context, name string) (queue.Options, error)
 	return o, nil
 }
 
-// CheckPartitions checks a claim of partitions by a consumer here.
-func (n *Node) CheckPartitions(ctx context.Context, name, group string, ps []int) error {
-	if q := n.m.Queue(name); q != nil {
-		return q.CheckPartitions(group, ps)
+// CheckSubscription checks a subscription of a consumer here, against
+// the group as this node knows it: a node where the group has not been
+// read yet learns its subject filter from the partitions' owners, which
+// refuse another one on the consumer's streams.
+func (n *Node) CheckSubscription(ctx context.Context, f queue.Filter, ps []int) error {
+	if q := n.m.Queue(f.Queue); q != nil {
+		return q.CheckSubscription(f.Group, f.Subjects, ps)
 	}
-	o, err := n.Settings(ctx, name)
+	o, err := n.Settings(ctx, f.Queue)
 	if err != nil {
 		return err
 	}

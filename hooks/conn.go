@@ -45,6 +45,9 @@ type conn struct {
 	// unsubbed lists, by UNSUBSCRIBE packet ID, the positions of the queue
 	// filters it removed (see OnPacketEncode).
 	unsubbed map[uint16][]int
+	// subRefusals say, by SUBSCRIBE packet ID, why a queue filter of it
+	// was refused: its SUBACK's reason string (see OnPacketEncode).
+	subRefusals map[uint16]string
 	// pendingSubs are queue subscriptions whose deliveries wait for their
 	// SUBACK to be written, by SUBSCRIBE packet ID.
 	pendingSubs map[uint16][]*subscription

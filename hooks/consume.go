@@ -71,8 +71,8 @@ func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 		}
 		if err == nil {
 			var o subOptions
-			if o, err = subscriptionOptions(f, sub, pk.Properties.User, qo.Partitions); err == nil && len(o.Partitions) > 0 {
-				err = h.m.CheckPartitions(h.ctx, f.Queue, o.filter.Group, o.Partitions)
+			if o, err = subscriptionOptions(f, sub, pk.Properties.User, qo.Partitions); err == nil {
+				err = h.m.CheckSubscription(h.ctx, o.filter, o.Partitions)
 			}
 			if err == nil && sub.Qos == 0 {
 				h.warnQoS0(cl, f.Queue, o.filter.Group)
@@ -81,6 +81,7 @@ func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 		if err != nil {
 			h.log.Debug("queue subscription refused", "client", cl.ID, "filter", sub.Filter, "err", err)
 			filters[i].Filter = ""
+			h.refusedSub(cl, pk.PacketID, sub.Filter, err)
 			continue
 		}
 		if sub.Qos > 1 {
@@ -406,4 +407,22 @@ func (h *Hook) warnQoS0(cl *mqtt.Client, q, group string) {
 	}
 	h.log.Warn("a queue group is consumed at QoS 0: its deliveries settle as they are sent, and a consumer that fails loses them; subscribe at QoS 1 (mosquitto_sub -q 1), or set the queue's qos0: refuse",
 		"queue", q, "group", group, "client", cl.ID)
+}
+
+// refusedSub keeps why the subscription to filter of SUBSCRIBE id was
+// refused, for its SUBACK's reason string (OnPacketEncode): the first
+// refusal of the packet.
+func (h *Hook) refusedSub(cl *mqtt.Client, id uint16, filter string, err error) {
+	if cl.Properties.ProtocolVersion < 5 {
+		return // no reason string in MQTT 3.1.1
+	}
+	c := h.connFor(cl)
+	c.mu.Lock()
+	if c.subRefusals == nil {
+		c.subRefusals = map[uint16]string{}
+	}
+	if _, ok := c.subRefusals[id]; !ok {
+		c.subRefusals[id] = filter + ": " + strings.TrimPrefix(err.Error(), "queue: ")
+	}
+	c.mu.Unlock()
 }

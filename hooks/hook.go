@@ -207,7 +207,8 @@ func (h *Hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 }
 
 // OnPacketEncode fixes mochi's success PUBACK reason 0x01 (granted QoS 1),
-// which MQTT 5 does not allow on a PUBACK, to 0x00, and answers the
+// which MQTT 5 does not allow on a PUBACK, to 0x00, says in a SUBACK why a
+// queue subscription was refused (its reason string), and answers the
 // unsubscription of a queue filter with success (mochi, not finding the
 // filter in its index, would say 0x11 No subscription existed).
 func (h *Hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
@@ -215,6 +216,16 @@ func (h *Hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet
 	case packets.Puback:
 		if pk.ReasonCode == packets.CodeGrantedQos1.Code {
 			pk.ReasonCode = packets.CodeSuccess.Code
+		}
+	case packets.Suback:
+		if c := h.lookup(cl); c != nil {
+			c.mu.Lock()
+			why, ok := c.subRefusals[pk.PacketID]
+			delete(c.subRefusals, pk.PacketID)
+			c.mu.Unlock()
+			if ok && pk.Properties.ReasonString == "" {
+				pk.Properties.ReasonString = why
+			}
 		}
 	case packets.Unsuback:
 		if c := h.lookup(cl); c != nil {

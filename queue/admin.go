@@ -134,7 +134,7 @@ func (c *cursor) purgeLocked(b *Batch, k *kicks) {
 		}
 	}
 	if c.floor != c.savedFloor {
-		b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: c.floor})
+		b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: c.floor, Filter: c.g.filter})
 		c.savedFloor = c.floor
 	}
 	c.next = max(c.next, to)
@@ -481,7 +481,7 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 	var k kicks
 	dlq.lockAll()
 	if len(dlq.groups) == 0 {
-		dlq.groupLocked(DefaultGroup, StartEarliest, nil)
+		dlq.groupLocked(DefaultGroup, StartEarliest, nil, "")
 	}
 	b := new(Batch)
 	for i, dl := range dls {

@@ -47,6 +47,10 @@ type ConsumerOptions struct {
 	// Start is where the group starts if this subscription creates it
 	// ("": the queue's start).
 	Start Start
+	// Subjects is the subscription's subject filter (Filter.Subjects):
+	// a new group takes it; a group with another one refuses the
+	// subscription (ErrFilterMismatch).
+	Subjects string
 	// Credit, when set, is shared by every consumer of one connection: a
 	// delivery takes one and its PUBACK (or the end of the connection)
 	// gives it back, whatever queue it came from. It carries MQTT 5

@@ -31,6 +31,9 @@ var (
 	// ErrBadPartitions: a consumer named partitions the queue does not have
 	// or another consumer of its group took.
 	ErrBadPartitions = errors.New("queue: invalid partitions")
+	// ErrFilterMismatch: a subscription's subject filter differs from
+	// its group's.
+	ErrFilterMismatch = errors.New("queue: the subscription's subject filter differs from its group's")
 	// ErrBadSeek: a seek or a start names no point a group can be at.
 	ErrBadSeek = errors.New("queue: invalid seek point")
 	// ErrPartitionsChanged: the config asks for another partition count than the stored queue has.

@@ -37,19 +37,25 @@ type group struct {
 	// credit: a consumer whose credit returns dispatches them (kick).
 	starved atomic.Int32
 
+	// filter is the group's subject filter (Filter.Subjects): set by
+	// its first subscription, kept with its floors, "" for every
+	// subject. Messages it does not match are settled for the group as
+	// they come (Filtered).
+	filter string
+
 	stats GroupStats
 }
 
 // GroupStats are a group's running totals since the node started.
 type GroupStats struct {
 	Delivered, Redelivered, Acked, Nacked, Rejected, DeadLettered, LeasesLost atomic.Uint64
-	Released                                                                  atomic.Uint64
+	Released, Filtered                                                        atomic.Uint64
 }
 
 // GroupCounts are a snapshot of GroupStats.
 type GroupCounts struct {
 	Delivered, Redelivered, Acked, Nacked, Rejected, DeadLettered, LeasesLost uint64
-	Released                                                                  uint64
+	Released, Filtered                                                        uint64
 }
 
 // Snapshot returns the totals as plain numbers.
@@ -57,7 +63,7 @@ func (s *GroupStats) Snapshot() GroupCounts {
 	return GroupCounts{
 		Delivered: s.Delivered.Load(), Redelivered: s.Redelivered.Load(), Acked: s.Acked.Load(),
 		Nacked: s.Nacked.Load(), Rejected: s.Rejected.Load(), DeadLettered: s.DeadLettered.Load(),
-		LeasesLost: s.LeasesLost.Load(), Released: s.Released.Load(),
+		LeasesLost: s.LeasesLost.Load(), Released: s.Released.Load(), Filtered: s.Filtered.Load(),
 	}
 }
 
@@ -487,6 +493,12 @@ func (c *cursor) nextLocked(now time.Time, cons *Consumer, uniform bool) (*Messa
 			}
 			continue
 		}
+		if c.g.filter != "" && !MatchSubject(c.g.filter, m.Subject) {
+			c.next++
+			c.settleLocked(off, nil) // not for this group
+			c.g.stats.Filtered.Add(1)
+			continue
+		}
 		if q.opts.Ordering == OrderKey {
 			if ks := c.keys[m.Key]; ks != nil {
 				if to := c.pipelineTo(ks, m, cons, uniform, now); to != nil {
@@ -589,7 +601,7 @@ func (c *cursor) askMarkLocked(now time.Time) {
 	g, p := c.g, c.p
 	target := max(c.next+markAhead, c.mark)
 	c.asked, c.asking = max(c.asked, target), true
-	b := &Batch{Floors: []FloorWrite{{Queue: g.q.name, Group: g.name, Partition: p.index, Floor: c.floor, Delivered: c.asked}}}
+	b := &Batch{Floors: []FloorWrite{{Queue: g.q.name, Group: g.name, Partition: p.index, Floor: c.floor, Delivered: c.asked, Filter: g.filter}}}
 	c.savedFloor, c.savedDelivered = c.floor, c.asked
 	p.log.Append(p.epoch, nil, b, g.q.opts.Durability == DurabilityFsync, func(err error) {
 		// Not under the partition's lock: a log may complete at once.
@@ -766,7 +778,7 @@ func (c *cursor) flushStateLocked(b *Batch) {
 	// The mark asked for may be ahead of what was delivered: it is never
 	// written back below it.
 	if delivered := max(c.delivered, c.asked); c.floor != c.savedFloor || delivered != c.savedDelivered {
-		b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: c.floor, Delivered: delivered})
+		b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: c.floor, Delivered: delivered, Filter: c.g.filter})
 		c.savedFloor, c.savedDelivered = c.floor, delivered
 	}
 	for _, off := range c.marks {

@@ -221,6 +221,7 @@ func (h *harness) mustPublish(q string, ms ...msg) {
 // sub is a subscription's settings.
 type sub struct {
 	group      string // "" is the group "g"
+	subjects   string // the subscription's subject filter
 	start      queue.Start
 	prefetch   int   // 0 is the queue's prefetch
 	explicit   bool  // settled by explicit calls; the PUBACK is received()
@@ -303,7 +304,7 @@ func (h *harness) trySubscribe(q, name string, s sub) (*consumer, error) {
 	old := h.consumers[name]
 	h.consumers[name] = c
 	h.mu.Unlock()
-	qc, err := h.m.Subscribe(context.Background(), queue.Filter{Queue: q, Group: group}, c, queue.ConsumerOptions{
+	qc, err := h.m.Subscribe(context.Background(), queue.Filter{Queue: q, Group: group, Subjects: s.subjects}, c, queue.ConsumerOptions{
 		Prefetch: s.prefetch, Explicit: s.explicit, Partitions: s.partitions, Credit: s.credit, Start: s.start,
 	})
 	if err != nil {

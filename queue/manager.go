@@ -359,13 +359,14 @@ func (m *Manager) Publish(ctx context.Context, name string, msg *Message, done f
 func (m *Manager) Subscribe(ctx context.Context, f Filter, r Receiver, o ConsumerOptions) (Subscription, error) {
 	// Refused before the queue is opened: a refused first subscribe
 	// creates no queue.
-	if err := m.CheckPartitions(ctx, f.Queue, f.Group, o.Partitions); err != nil {
+	if err := m.CheckSubscription(ctx, f, o.Partitions); err != nil {
 		return nil, err
 	}
 	q, err := m.Open(ctx, f.Queue)
 	if err != nil {
 		return nil, err
 	}
+	o.Subjects = f.Subjects
 	c, err := q.Subscribe(f.Group, r, o)
 	if err != nil {
 		return nil, err // not a nil *Consumer in a non-nil interface

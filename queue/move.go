@@ -82,7 +82,7 @@ func ImportBatch(id PartitionID, st *PartitionState, msgs []*Message) *Batch {
 			b.Deletes = append(b.Deletes, RangeDelete{Queue: id.Queue, Partition: id.Partition, From: 0, To: st.First})
 		}
 		for _, g := range st.Groups {
-			b.Floors = append(b.Floors, FloorWrite{Queue: id.Queue, Group: g.Group, Partition: id.Partition, Floor: g.Floor, Delivered: g.Delivered})
+			b.Floors = append(b.Floors, FloorWrite{Queue: id.Queue, Group: g.Group, Partition: id.Partition, Floor: g.Floor, Delivered: g.Delivered, Filter: g.Filter})
 			for _, off := range g.Settled {
 				b.Marks = append(b.Marks, SettleMark{Queue: id.Queue, Group: g.Group, Partition: id.Partition, Offset: off, Set: true})
 			}

@@ -202,6 +202,9 @@ func (p *partition) loadLocked(epoch uint64) (*Batch, error) {
 		if q.groups[st.Group] == nil {
 			q.groups[st.Group] = newGroup(q, st.Group)
 		}
+		if st.Filter != "" {
+			q.groups[st.Group].filter = st.Filter
+		}
 	}
 	for _, g := range q.groups {
 		g.resetCursor(p)
@@ -260,7 +263,7 @@ func (c *cursor) restore(st GroupState, b *Batch) {
 	if c.delivered > c.floor {
 		// Counted: from now on the mark covers deliveries made since.
 		c.delivered = c.floor
-		b.Floors = append(b.Floors, FloorWrite{Queue: c.g.q.name, Group: c.g.name, Partition: c.p.index, Floor: c.floor, Delivered: c.floor})
+		b.Floors = append(b.Floors, FloorWrite{Queue: c.g.q.name, Group: c.g.name, Partition: c.p.index, Floor: c.floor, Delivered: c.floor, Filter: c.g.filter})
 		c.savedFloor, c.savedDelivered = c.floor, c.floor
 	}
 }

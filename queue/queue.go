@@ -282,7 +282,10 @@ func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consume
 	if err := q.checkPartitionsLocked(q.groups[group], group, o.Partitions); err != nil {
 		return nil, err
 	}
-	g := q.groupLocked(group, start, at)
+	if g := q.groups[group]; g != nil && g.filter != o.Subjects {
+		return nil, filterMismatch(q.name, group, g.filter, o.Subjects)
+	}
+	g := q.groupLocked(group, start, at, o.Subjects)
 	c := &Consumer{q: q, g: g, r: r, explicit: o.Explicit, partitions: slices.Clone(o.Partitions), shared: o.Credit,
 		window: newWindow(prefetch)}
 	c.credit.Store(int64(c.window.Size()))
@@ -291,12 +294,18 @@ func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consume
 	return c, nil
 }
 
-// CheckPartitions reports whether a consumer of group may claim the
-// partitions ps: they exist and no other consumer of the group holds them.
-func (q *Queue) CheckPartitions(group string, ps []int) error {
+// CheckSubscription reports whether a consumer of group may subscribe
+// with the subject filter subjects and claim the partitions ps: the
+// group has that filter (or does not exist yet), the partitions exist and
+// no other consumer of the group holds them.
+func (q *Queue) CheckSubscription(group, subjects string, ps []int) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.checkPartitionsLocked(q.groups[group], group, ps)
+	g := q.groups[group]
+	if g != nil && g.filter != subjects {
+		return filterMismatch(q.name, group, g.filter, subjects)
+	}
+	return q.checkPartitionsLocked(g, group, ps)
 }
 
 func (q *Queue) checkPartitionsLocked(g *group, name string, ps []int) error {
@@ -321,11 +330,12 @@ func (q *Queue) hasGroup(name string) bool {
 // groupLocked returns the group, creating and persisting it if it is new,
 // at start (at: the offsets a start at a time found). Every lock of the
 // queue must be held.
-func (q *Queue) groupLocked(name string, start Start, at map[int]uint64) *group {
+func (q *Queue) groupLocked(name string, start Start, at map[int]uint64, filter string) *group {
 	if g := q.groups[name]; g != nil {
 		return g
 	}
 	g := newGroup(q, name)
+	g.filter = filter
 	q.groups[name] = g
 	for _, cur := range g.cursors {
 		if !cur.p.owned {
@@ -339,7 +349,7 @@ func (q *Queue) groupLocked(name string, start Start, at map[int]uint64) *group 
 			// Everything before it counts as settled for it.
 			cur.floor, cur.next, cur.delivered, cur.savedDelivered, cur.mark, cur.asked = off, off, off, off, off, off
 		}
-		cur.p.flushLocked(&Batch{Floors: []FloorWrite{{Queue: q.name, Group: name, Partition: cur.p.index, Floor: cur.floor}}})
+		cur.p.flushLocked(&Batch{Floors: []FloorWrite{{Queue: q.name, Group: name, Partition: cur.p.index, Floor: cur.floor, Filter: g.filter}}})
 		cur.savedFloor = cur.floor
 	}
 	q.m.log.Info("consumer group created", "queue", q.name, "group", name)

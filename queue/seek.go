@@ -94,7 +94,7 @@ func (q *Queue) Seek(ctx context.Context, name string, to SeekTo, force, create 
 	}
 	g := q.groups[name]
 	if g == nil && create {
-		g = q.groupLocked(name, StartEarliest, nil)
+		g = q.groupLocked(name, StartEarliest, nil, "")
 	}
 	switch {
 	case g == nil:
@@ -157,7 +157,7 @@ func (c *cursor) seekLocked(to uint64, b *Batch, k *kicks) {
 	for off := range c.counts {
 		b.Deliveries = append(b.Deliveries, DeliveryMark{Queue: q, Group: g, Partition: p, Offset: off})
 	}
-	b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: to, Delivered: to})
+	b.Floors = append(b.Floors, FloorWrite{Queue: q, Group: g, Partition: p, Floor: to, Delivered: to, Filter: c.g.filter})
 	c.g.resetCursor(c.p)
 	n := c.g.cursors[p]
 	n.floor, n.next, n.delivered, n.mark, n.asked = to, to, to, to, to

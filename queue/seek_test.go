@@ -2,6 +2,8 @@ package queue_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,4 +184,64 @@ func TestQueueRetentionTime(t *testing.T) {
 			},
 		},
 	})
+}
+
+// smsg is a message of key published to subject.
+func smsg(key, subject, payload string) msg { return msg{key: key, subject: subject, payload: payload} }
+
+// SPEC 12, subject filters: a group takes only the messages whose subject
+// its filter matches, set by its first subscription and kept across a
+// crash; the others are settled for it and counted, not lost for other
+// groups; a subscription with another filter is refused naming the
+// group's.
+func TestQueueSubjectFilter(t *testing.T) {
+	eu := sub{subjects: "eu/#", prefetch: 10}
+	all := sub{group: "all", prefetch: 10}
+	runScripts(t, []script{
+		{
+			name: "a group takes exactly the subjects its filter matches; another group gets them all",
+			subs: map[string]sub{"c": eu, "a": all},
+			steps: []step{
+				{sub: "c"},
+				{pub: []msg{smsg("k1", "eu/de", "m1"), smsg("k2", "us/ny", "m2"), smsg("k3", "eu", "m3"), smsg("k4", "", "m4"), smsg("k5", "eu/fr/paris", "m5")},
+					want: []string{"c:m1#1", "c:m3#1", "c:m5#1"}},
+				{sub: "a", want: []string{"a:m1#1", "a:m2#1", "a:m3#1", "a:m4#1", "a:m5#1"}},
+			},
+		},
+		{
+			name: "a message left out does not hold its key back",
+			subs: map[string]sub{"c": eu},
+			steps: []step{
+				{sub: "c"},
+				{pub: []msg{smsg("k", "us", "m1"), smsg("k", "eu/de", "m2")}, want: []string{"c:m2#1"}},
+			},
+		},
+	})
+	h := newHarness(t, nil)
+	h.subscribe("q", "c", eu)
+	if _, err := h.trySubscribe("q", "d", sub{subjects: "us/#"}); !errors.Is(err, queue.ErrFilterMismatch) || !strings.Contains(err.Error(), "subjects eu/#") {
+		t.Fatalf("a second filter for the group: %v, want ErrFilterMismatch naming eu/#", err)
+	}
+	if _, err := h.trySubscribe("q", "e", sub{}); !errors.Is(err, queue.ErrFilterMismatch) {
+		t.Fatalf("no filter for a filtered group: %v, want ErrFilterMismatch", err)
+	}
+	h.mustPublish("q", smsg("k1", "us", "m1"), smsg("k2", "eu/de", "m2"))
+	got := h.newDeliveries(1)
+	if !matchDeliveries(got, []string{"c:m2#1"}) {
+		t.Fatalf("deliveries %v", got)
+	}
+	h.mustSettle(got[0], acked)
+	if g, _ := h.m.Queue("q").Info().Group("g"); g.Filter != "eu/#" || g.Counts.Filtered != 1 {
+		t.Fatalf("group g: filter %q, %d filtered; want eu/# and 1", g.Filter, g.Counts.Filtered)
+	}
+	// Kept with the group: after a crash, it still takes eu only.
+	h.crash()
+	if _, err := h.trySubscribe("q", "f", sub{subjects: "us/#"}); !errors.Is(err, queue.ErrFilterMismatch) {
+		t.Fatalf("after a crash, another filter: %v, want ErrFilterMismatch", err)
+	}
+	h.subscribe("q", "c2", eu)
+	h.mustPublish("q", smsg("k3", "us", "m3"), smsg("k4", "eu/it", "m4"))
+	if got := h.newDeliveries(1); !matchDeliveries(got, []string{"c2:m4#1"}) {
+		t.Fatalf("after a crash: deliveries %v, want only m4", got)
+	}
 }

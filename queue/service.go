@@ -20,9 +20,10 @@ type Service interface {
 	// for a queue not created yet: asking creates nothing (a subscription
 	// refused after it must leave no queue behind).
 	Settings(ctx context.Context, queue string) (Options, error)
-	// CheckPartitions reports whether a consumer of the group may claim the
-	// partitions ps (see Queue.CheckPartitions).
-	CheckPartitions(ctx context.Context, queue, group string, ps []int) error
+	// CheckSubscription reports whether a consumer of the filter's group
+	// may subscribe with its subject filter and claim the partitions ps
+	// (see Queue.CheckSubscription).
+	CheckSubscription(ctx context.Context, f Filter, ps []int) error
 	// Subscribe adds a consumer to the filter's queue and group.
 	Subscribe(ctx context.Context, f Filter, r Receiver, o ConsumerOptions) (Subscription, error)
 	// Settle ends the delivery with o and frees the consumer's credit
@@ -64,13 +65,13 @@ func (m *Manager) Settings(ctx context.Context, queue string) (Options, error) {
 	return o, err
 }
 
-// CheckPartitions checks a claim of partitions ps on the named queue (on
-// the partitions it would have, for a queue not created yet).
-func (m *Manager) CheckPartitions(ctx context.Context, queue, group string, ps []int) error {
-	if q := m.Queue(queue); q != nil {
-		return q.CheckPartitions(group, ps)
+// CheckSubscription checks a subscription of f claiming partitions ps
+// (on the partitions the queue would have, for a queue not created yet).
+func (m *Manager) CheckSubscription(ctx context.Context, f Filter, ps []int) error {
+	if q := m.Queue(f.Queue); q != nil {
+		return q.CheckSubscription(f.Group, f.Subjects, ps)
 	}
-	o, err := m.Settings(ctx, queue)
+	o, err := m.Settings(ctx, f.Queue)
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,8 @@ func (p PartitionInfo) Depth() uint64 { return p.Committed - min(p.First, p.Comm
 type GroupInfo struct {
 	Name      string
 	Consumers int
+	// Filter is the group's subject filter, "" for every subject.
+	Filter string
 	// Partitions are in partition order.
 	Partitions []GroupPartitionInfo
 	// Counts are the group's totals since the node started (dead letters
@@ -153,7 +155,7 @@ func (q *Queue) Info() Info {
 	sort.Strings(names)
 	for gi, name := range names {
 		g := q.groups[name]
-		gs := GroupInfo{Name: name, Consumers: len(g.consumers), Partitions: make([]GroupPartitionInfo, len(g.cursors)), Counts: g.stats.Snapshot()}
+		gs := GroupInfo{Name: name, Consumers: len(g.consumers), Filter: g.filter, Partitions: make([]GroupPartitionInfo, len(g.cursors)), Counts: g.stats.Snapshot()}
 		for pi, cur := range g.cursors {
 			gs.Partitions[pi] = cur.infoLocked()
 			if gs.Partitions[pi].Lag > 0 && gs.Partitions[pi].OldestUnsettled.IsZero() {

@@ -155,6 +155,8 @@ type GroupState struct {
 	// Delivered is one past the highest offset ever delivered to the
 	// group, or 0 when not recorded.
 	Delivered uint64
+	// Filter is the group's subject filter ("" for every subject).
+	Filter string
 }
 
 // Batch is a set of writes applied atomically by one shard.
@@ -210,6 +212,8 @@ type FloorWrite struct {
 	Partition int
 	Floor     uint64
 	Delivered uint64
+	// Filter is the group's subject filter, kept with its floor.
+	Filter string
 }
 
 // SettleMark records (Set) or forgets (!Set) that one offset above the

@@ -134,6 +134,11 @@ type Filter struct {
 	Shared bool
 	// AllSubjects is true for $queue/{q}/#: deliveries keep their subject topic.
 	AllSubjects bool
+	// Subjects is a filter of subjects, the levels after the queue's
+	// ($queue/{q}/eu/# takes eu/#): the group takes only the messages
+	// whose subject matches it, and deliveries keep their subject topic.
+	// "" for a filter with no subject levels, or #: every message.
+	Subjects string
 }
 
 // ParseFilter parses a subscription filter: [$share/{group}/]$queue/{q}
@@ -169,17 +174,76 @@ func ParseFilter(filter string) (Filter, error) {
 	case len(levels) == 0:
 	case len(levels) == 1 && levels[0] == "#":
 		f.AllSubjects = true
+	case IsDLQ(f.Queue):
+		return Filter{}, fmt.Errorf("%w: a dead-letter queue takes no subject filter", ErrInvalidFilter)
 	default:
-		return Filter{}, ErrInvalidFilter
+		for i, l := range levels {
+			switch {
+			case l == "#" && i != len(levels)-1:
+				return Filter{}, fmt.Errorf("%w: # must be the last level of a subject filter", ErrInvalidFilter)
+			case l != "#" && l != "+" && strings.ContainsAny(l, "#+"):
+				return Filter{}, fmt.Errorf("%w: the subject level %q mixes a wildcard with other characters", ErrInvalidFilter, l)
+			case strings.HasPrefix(l, "$"):
+				return Filter{}, fmt.Errorf("%w: the subject level %q starts with $", ErrInvalidFilter, l)
+			}
+		}
+		f.Subjects = strings.Join(levels, "/")
 	}
 	return f, nil
 }
 
+// MatchSubject reports whether subject matches the subject filter
+// (Filter.Subjects) as an MQTT topic matches a topic filter: + stands for
+// one level, a last # for any number, none included. "" matches every
+// subject.
+func MatchSubject(filter, subject string) bool {
+	if filter == "" || filter == "#" {
+		return true
+	}
+	if subject == "" {
+		return false // a message published to $queue/{q} itself
+	}
+	for {
+		fl, frest, fmore := strings.Cut(filter, "/")
+		if fl == "#" {
+			return true
+		}
+		sl, srest, smore := strings.Cut(subject, "/")
+		if fl != "+" && fl != sl {
+			return false
+		}
+		switch {
+		case !fmore && !smore:
+			return true
+		case !fmore:
+			return false
+		case !smore:
+			// eu/# matches eu: what is left of the filter must be #.
+			return frest == "#"
+		}
+		filter, subject = frest, srest
+	}
+}
+
 // DeliveryTopic is the topic a message of subject is delivered on to a
-// consumer with filter f: its own topic when f matches it, else the queue's.
+// consumer with filter f: its own topic when f matches it (a filter of
+// every subject, $queue/{q}/#, or of some), else the queue's.
 func (f Filter) DeliveryTopic(subject string) (topic string, subjectMoved bool) {
-	if subject == "" || f.AllSubjects {
+	if subject == "" || f.AllSubjects || f.Subjects != "" {
 		return TopicName(f.Queue, subject), false
 	}
 	return TopicName(f.Queue, ""), true
+}
+
+// filterMismatch says that group of queue takes the subjects filter and
+// a subscription asked for want.
+func filterMismatch(queue, group, filter, want string) error {
+	name := func(f string) string {
+		if f == "" {
+			return "every subject"
+		}
+		return "subjects " + f
+	}
+	return fmt.Errorf("%w: group %s of queue %s takes %s; this subscription asks for %s: subscribe with the group's filter, or use another group",
+		ErrFilterMismatch, group, queue, name(filter), name(want))
 }

@@ -52,7 +52,13 @@ func TestQueueParseFilter(t *testing.T) {
 		{"$share/w/$queue/jobs/$dlq", Filter{Queue: "jobs/$dlq", Group: "w", Shared: true}, true},
 		{"$queue/#", Filter{}, false},
 		{"$queue/+/x", Filter{}, false},
-		{"$queue/jobs/sub", Filter{}, false},
+		{"$queue/jobs/sub", Filter{Queue: "jobs", Group: DefaultGroup, Subjects: "sub"}, true},
+		{"$share/w/$queue/jobs/eu/#", Filter{Queue: "jobs", Group: "w", Shared: true, Subjects: "eu/#"}, true},
+		{"$queue/jobs/+/temp", Filter{Queue: "jobs", Group: DefaultGroup, Subjects: "+/temp"}, true},
+		{"$queue/jobs/#/x", Filter{}, false},
+		{"$queue/jobs/eu+", Filter{}, false},
+		{"$queue/jobs/$x", Filter{}, false},
+		{"$queue/jobs/$dlq/eu", Filter{}, false},
 		{"$share//$queue/jobs", Filter{}, false},
 		{"$share/g/plain", Filter{}, false},
 	}
@@ -63,6 +69,26 @@ func TestQueueParseFilter(t *testing.T) {
 				t.Fatalf("ParseFilter(%q) = %+v, %v; want %+v ok=%v", c.filter, got, err, c.want, c.ok)
 			}
 		})
+	}
+}
+
+// A subject filter matches subjects as an MQTT topic filter matches topics;
+// a message without a subject matches only the filters of every subject.
+func TestQueueMatchSubject(t *testing.T) {
+	for _, c := range []struct {
+		filter, subject string
+		want            bool
+	}{
+		{"", "", true}, {"", "eu/de", true}, {"#", "", true}, {"#", "eu", true},
+		{"eu/#", "eu", true}, {"eu/#", "eu/de", true}, {"eu/#", "eu/de/x", true}, {"eu/#", "us/de", false}, {"eu/#", "", false},
+		{"eu", "eu", true}, {"eu", "eu/de", false}, {"eu/de", "eu", false},
+		{"+", "eu", true}, {"+", "eu/de", false}, {"+", "", false},
+		{"+/temp", "a/temp", true}, {"+/temp", "a/hum", false}, {"+/temp", "temp", false},
+		{"a/+/c", "a/b/c", true}, {"a/+/c", "a//c", true}, {"a/+/#", "a/b", true},
+	} {
+		if got := MatchSubject(c.filter, c.subject); got != c.want {
+			t.Errorf("MatchSubject(%q, %q) = %v, want %v", c.filter, c.subject, got, c.want)
+		}
 	}
 }
 

@@ -46,6 +46,8 @@ const (
 	// stopped leading them before it knew whether it was committed: it may
 	// be stored. Never sent again (0x83 to the producer).
 	Code_UNKNOWN_OUTCOME Code = 13
+	// A subscription's subject filter differs from its group's.
+	Code_FILTER_MISMATCH Code = 14
 )
 
 // Enum value maps for Code.
@@ -65,6 +67,7 @@ var (
 		11: "BAD_PARTITIONS",
 		12: "OTHER",
 		13: "UNKNOWN_OUTCOME",
+		14: "FILTER_MISMATCH",
 	}
 	Code_value = map[string]int32{
 		"OK":              0,
@@ -81,6 +84,7 @@ var (
 		"BAD_PARTITIONS":  11,
 		"OTHER":           12,
 		"UNKNOWN_OUTCOME": 13,
+		"FILTER_MISMATCH": 14,
 	}
 )
 
@@ -807,8 +811,12 @@ type Subscribe struct {
 	Credit int32  `protobuf:"varint,8,opt,name=credit,proto3" json:"credit,omitempty"`
 	Node   string `protobuf:"bytes,9,opt,name=node,proto3" json:"node,omitempty"` // the caller's node id
 	// start is where a group this subscription creates starts: "" or
-	// "earliest" (the oldest retained message), or "latest".
-	Start         string `protobuf:"bytes,10,opt,name=start,proto3" json:"start,omitempty"`
+	// "earliest" (the oldest retained message), "latest", or an RFC 3339
+	// time.
+	Start string `protobuf:"bytes,10,opt,name=start,proto3" json:"start,omitempty"`
+	// subjects is the subscription's subject filter ("" for every
+	// subject), which its group must have.
+	Subjects      string `protobuf:"bytes,11,opt,name=subjects,proto3" json:"subjects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -909,6 +917,13 @@ func (x *Subscribe) GetNode() string {
 func (x *Subscribe) GetStart() string {
 	if x != nil {
 		return x.Start
+	}
+	return ""
+}
+
+func (x *Subscribe) GetSubjects() string {
+	if x != nil {
+		return x.Subjects
 	}
 	return ""
 }
@@ -2194,10 +2209,12 @@ func (x *RangeDelete) GetTo() uint64 {
 }
 
 type FloorWrite struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
-	Floor         uint64                 `protobuf:"varint,2,opt,name=floor,proto3" json:"floor,omitempty"`
-	Delivered     uint64                 `protobuf:"varint,3,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Group     string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Floor     uint64                 `protobuf:"varint,2,opt,name=floor,proto3" json:"floor,omitempty"`
+	Delivered uint64                 `protobuf:"varint,3,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	// The group's subject filter, kept with its floor.
+	Filter        string `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2251,6 +2268,13 @@ func (x *FloorWrite) GetDelivered() uint64 {
 		return x.Delivered
 	}
 	return 0
+}
+
+func (x *FloorWrite) GetFilter() string {
+	if x != nil {
+		return x.Filter
+	}
+	return ""
 }
 
 type SettleMark struct {
@@ -2671,7 +2695,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\x8c\x02\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xa8\x02\n" +
 	"\tSubscribe\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
@@ -2685,7 +2709,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06credit\x18\b \x01(\x05R\x06credit\x12\x12\n" +
 	"\x04node\x18\t \x01(\tR\x04node\x12\x14\n" +
 	"\x05start\x18\n" +
-	" \x01(\tR\x05start\"]\n" +
+	" \x01(\tR\x05start\x12\x1a\n" +
+	"\bsubjects\x18\v \x01(\tR\bsubjects\"]\n" +
 	"\tConsumeUp\x12:\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x1c.shardq.cluster.v1.SubscribeR\tsubscribe\x12\x14\n" +
 	"\x05grant\x18\x02 \x01(\x05R\x05grant\"\xbe\x01\n" +
@@ -2782,12 +2807,13 @@ const file_cluster_proto_rawDesc = "" +
 	"\fRaftResponse\"7\n" +
 	"\vRangeDelete\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\x04R\x02toJ\x04\b\x01\x10\x02\"V\n" +
+	"\x02to\x18\x03 \x01(\x04R\x02toJ\x04\b\x01\x10\x02\"n\n" +
 	"\n" +
 	"FloorWrite\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05floor\x18\x02 \x01(\x04R\x05floor\x12\x1c\n" +
-	"\tdelivered\x18\x03 \x01(\x04R\tdelivered\"L\n" +
+	"\tdelivered\x18\x03 \x01(\x04R\tdelivered\x12\x16\n" +
+	"\x06filter\x18\x04 \x01(\tR\x06filter\"L\n" +
 	"\n" +
 	"SettleMark\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
@@ -2818,7 +2844,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05erase\x18\v \x01(\bR\x05eraseJ\x04\b\f\x10\r\"Z\n" +
 	"\tRaftEntry\x123\n" +
 	"\x06writes\x18\x02 \x03(\v2\x1b.shardq.cluster.v1.LogWriteR\x06writes\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04termJ\x04\b\x01\x10\x02*\xdd\x01\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04termJ\x04\b\x01\x10\x02*\xf2\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tNOT_OWNED\x10\x01\x12\n" +
@@ -2838,7 +2864,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x12\x12\n" +
 	"\x0eBAD_PARTITIONS\x10\v\x12\t\n" +
 	"\x05OTHER\x10\f\x12\x13\n" +
-	"\x0fUNKNOWN_OUTCOME\x10\r*j\n" +
+	"\x0fUNKNOWN_OUTCOME\x10\r\x12\x13\n" +
+	"\x0fFILTER_MISMATCH\x10\x0e*j\n" +
 	"\bSettleOp\x12\a\n" +
 	"\x03ACK\x10\x00\x12\b\n" +
 	"\x04NACK\x10\x01\x12\n" +

@@ -48,6 +48,7 @@ publishing to $queue/NAME/$nack, $reject or $release, or not at all
 type mqttFlags struct {
 	broker, user, password, clientID string
 	timeout                          time.Duration
+	inflight                         int // Receive Maximum; 0: the client's default
 }
 
 func (m *mqttFlags) add(c *command) {
@@ -76,6 +77,11 @@ func (m *mqttFlags) connect(ctx context.Context, id string, manual bool, onPubli
 	}
 	cl := paho.NewClient(cfg)
 	cp := &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}
+	if m.inflight > 0 {
+		// No more sent ahead than will be taken.
+		rm := uint16(min(m.inflight, 65535))
+		cp.Properties = &paho.ConnectProperties{ReceiveMaximum: &rm}
+	}
 	if m.user != "" {
 		cp.Username, cp.UsernameFlag = m.user, true
 		cp.Password, cp.PasswordFlag = []byte(m.password), m.password != ""
@@ -181,6 +187,7 @@ func subCommand(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		return c.fail(stderr, "--settle %q: want ack, nack, reject, release or none", *settle)
 	}
 	explicit := v != "" && f.Queue != ""
+	m.inflight = *count
 	got := make(chan *paho.Publish, 1024)
 	cl, err := m.connect(ctx, "shardq-sub-"+strconv.Itoa(os.Getpid()), explicit, func(r paho.PublishReceived) (bool, error) {
 		got <- r.Packet

@@ -26,7 +26,9 @@ func TestPubSub(t *testing.T) {
 	if out := sub("reject"); !strings.Contains(out, `key=k1 delivery-count=2 dup "hello 1"`) || !strings.Contains(out, "  rejected") {
 		t.Fatalf("sub --settle reject:\n%s", out)
 	}
-	if out := sub("ack"); !strings.Contains(out, `delivery-count=1 "hello 2"`) {
+	// hello 2 may have been sent to the rejecting sub before it left
+	// (ending a delivery): its count is not checked.
+	if out := sub("ack"); !strings.Contains(out, `"hello 2"`) {
 		t.Fatalf("sub --settle ack:\n%s", out)
 	}
 	if out := must(t, "sub", "$queue/tasks/$dlq", "--count", "1", "--broker", mqtt); !strings.Contains(out, `"hello 1"`) {

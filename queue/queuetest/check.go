@@ -268,7 +268,7 @@ func sameGroups(got, want []queue.GroupState) bool {
 	}
 	for i := range got {
 		g, w := got[i], want[i]
-		if g.Group != w.Group || g.Floor != w.Floor || !slices.Equal(g.Settled, w.Settled) ||
+		if g.Group != w.Group || g.Floor != w.Floor || g.Filter != w.Filter || !slices.Equal(g.Settled, w.Settled) ||
 			len(g.Deliveries) != len(w.Deliveries) {
 			return false
 		}
@@ -296,7 +296,7 @@ func formatGroups(gs []queue.GroupState) string {
 		for _, off := range keys {
 			dl = append(dl, fmt.Sprintf("%d:%d", off, g.Deliveries[off]))
 		}
-		parts[i] = fmt.Sprintf("%q floor=%d settled=%v deliveries={%s}", g.Group, g.Floor, g.Settled, strings.Join(dl, " "))
+		parts[i] = fmt.Sprintf("%q floor=%d filter=%q settled=%v deliveries={%s}", g.Group, g.Floor, g.Filter, g.Settled, strings.Join(dl, " "))
 	}
 	return strings.Join(parts, "\n  ")
 }

@@ -172,6 +172,7 @@ type memPart struct {
 type memGroup struct {
 	floor      uint64
 	delivered  uint64
+	filter     string
 	hasFloor   bool
 	settled    map[uint64]struct{}
 	deliveries map[uint64]uint32
@@ -235,7 +236,7 @@ func (s *memShard) Write(b *queue.Batch, sync bool) error {
 	}
 	for _, f := range b.Floors {
 		g := d.group(f.Queue, f.Partition, f.Group)
-		g.floor, g.delivered, g.hasFloor = f.Floor, f.Delivered, true
+		g.floor, g.delivered, g.filter, g.hasFloor = f.Floor, f.Delivered, f.Filter, true
 	}
 	for _, m := range b.Marks {
 		g := d.group(m.Queue, m.Partition, m.Group)
@@ -361,7 +362,7 @@ func (s *memShard) Groups(q string, partition int) ([]queue.GroupState, error) {
 	defer d.mu.RUnlock()
 	var out []queue.GroupState
 	for name, g := range d.groups[partKey{q, partition}] {
-		st := queue.GroupState{Group: name, Floor: g.floor, Delivered: g.delivered}
+		st := queue.GroupState{Group: name, Floor: g.floor, Delivered: g.delivered, Filter: g.filter}
 		for off := range g.settled {
 			st.Settled = append(st.Settled, off)
 		}

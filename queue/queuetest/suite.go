@@ -357,6 +357,8 @@ func testGroupState(h *harness) {
 			{Queue: "q", Group: "g1", Partition: 0, Floor: 4},
 			{Queue: "q", Group: "g1", Partition: 0, Floor: 5}, // the later write wins
 			{Queue: "q", Group: "g2", Partition: 0, Floor: 3},
+			{Queue: "q", Group: "eu", Partition: 0, Floor: 2, Filter: "eu/+/temp"},
+			{Queue: "q", Group: "eu-marked", Partition: 0, Floor: 2, Delivered: 9, Filter: "ü/#"},
 			{Queue: "q", Group: "g1", Partition: 1, Floor: 100},
 			{Queue: "q.x", Group: "g1", Partition: 0, Floor: 77},
 			{Queue: "q", Group: "grüppe 1 ✓", Partition: 0, Floor: 0},
@@ -376,6 +378,8 @@ func testGroupState(h *harness) {
 		},
 	}, false)
 	h.checkGroups(s, "q", 0,
+		queue.GroupState{Group: "eu", Floor: 2, Filter: "eu/+/temp"},
+		queue.GroupState{Group: "eu-marked", Floor: 2, Delivered: 9, Filter: "ü/#"},
 		queue.GroupState{Group: "g", Settled: []uint64{7}},
 		queue.GroupState{Group: "g1", Floor: 5, Settled: []uint64{7, 9, 12, 256}, Deliveries: map[uint64]uint32{6: 2, 8: 1}},
 		queue.GroupState{Group: "g2", Floor: 3},
@@ -402,6 +406,8 @@ func testGroupState(h *harness) {
 		},
 	}, false)
 	want := []queue.GroupState{
+		{Group: "eu", Floor: 2, Filter: "eu/+/temp"},
+		{Group: "eu-marked", Floor: 2, Delivered: 9, Filter: "ü/#"},
 		{Group: "g1", Floor: 8, Settled: []uint64{9, 12, 256}, Deliveries: map[uint64]uint32{8: 3}},
 		{Group: "g2", Floor: 3},
 		{Group: "grüppe 1 ✓"},

@@ -160,25 +160,26 @@ func splitMarkKey(rest []byte) (group string, off uint64, ok bool) {
 func putU64(v uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), v) }
 func putU32(v uint32) []byte { return binary.BigEndian.AppendUint32(make([]byte, 0, 4), v) }
 
-// putFloor encodes a group's floor and, when recorded, its delivered mark:
-// 8 bytes, or 16 with the mark.
-func putFloor(floor, delivered uint64) []byte {
+// putFloor encodes a group's floor and, when recorded, its delivered mark
+// and its subject filter: 8 bytes, 16 with the mark, and the filter's
+// bytes after those 16.
+func putFloor(floor, delivered uint64, filter string) []byte {
 	v := putU64(floor)
-	if delivered > 0 {
+	if delivered > 0 || filter != "" {
 		v = binary.BigEndian.AppendUint64(v, delivered)
 	}
-	return v
+	return append(v, filter...)
 }
 
 // getFloor decodes putFloor's value; delivered is 0 when not recorded.
-func getFloor(b []byte) (floor, delivered uint64, err error) {
-	switch len(b) {
-	case 8:
-		return binary.BigEndian.Uint64(b), 0, nil
-	case 16:
-		return binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), nil
+func getFloor(b []byte) (floor, delivered uint64, filter string, err error) {
+	switch {
+	case len(b) == 8:
+		return binary.BigEndian.Uint64(b), 0, "", nil
+	case len(b) >= 16:
+		return binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), string(b[16:]), nil
 	}
-	return 0, 0, fmt.Errorf("%w: %d-byte floor where 8 or 16 bytes were expected", ErrCorruptRecord, len(b))
+	return 0, 0, "", fmt.Errorf("%w: %d-byte floor where 8 or 16 and more bytes were expected", ErrCorruptRecord, len(b))
 }
 
 func getU64(b []byte) (uint64, error) {

@@ -214,7 +214,7 @@ func (s *Shard) apply(w *txnWriter, b *queue.Batch) error {
 		}
 	}
 	for _, f := range b.Floors {
-		if err := w.set(floorKey(f.Queue, uint32(f.Partition), f.Group), putFloor(f.Floor, f.Delivered)); err != nil {
+		if err := w.set(floorKey(f.Queue, uint32(f.Partition), f.Group), putFloor(f.Floor, f.Delivered, f.Filter)); err != nil {
 			return err
 		}
 	}
@@ -484,7 +484,7 @@ func scanGroups(txn *bdg.Txn, q string, p uint32) (map[string]*queue.GroupState,
 	err := scan(txn, prefix, true, func(k, v []byte) error {
 		g := group(string(k[len(prefix):]))
 		var err error
-		g.Floor, g.Delivered, err = getFloor(v)
+		g.Floor, g.Delivered, g.Filter, err = getFloor(v)
 		return err
 	})
 	if err != nil {
