@@ -209,6 +209,8 @@ func parseArgs(args []string, stderr io.Writer) (cliOptions, error) {
 	fs.StringVar(&cfg.ConsumerClient, "consumer-client", ClientLean, "consumers' MQTT client: "+ClientLean+" (MQTT 5, this package's) or "+ClientPaho311+" (paho.mqtt.golang, MQTT 3.1.1)")
 	fs.StringVar(&opts.cpuProfile, "cpuprofile", "", "write the load generator's CPU profile to `FILE`")
 	fs.StringVar(&cfg.RunID, "run-id", "", "topic and client id suffix (default random per run)")
+	fs.StringVar(&cfg.Subject, "subject", "", "queue scenarios: publish under this `SUBJECT` ($queue/bench-RUN/SUBJECT)")
+	fs.StringVar(&cfg.Filter, "filter", "", "queue scenarios: the consumers' group subscribes with this subject `FILTER` ($share/bench/$queue/bench-RUN/FILTER)")
 
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cfg.Scenario, args = Scenario(args[0]), args[1:]

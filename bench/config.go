@@ -100,6 +100,12 @@ type Config struct {
 	BrokerPID int `yaml:"broker_pid"`
 	// RunID names the run's topics and client ids; empty picks a random one.
 	RunID string `yaml:"run_id"`
+	// Subject, for the queue scenarios, is the subject the producers
+	// publish under ($queue/bench-{run}/{subject}); Filter the subject
+	// filter the consumers' group subscribes with
+	// ($share/bench/$queue/bench-{run}/{filter}). Empty: none.
+	Subject string `yaml:"subject"`
+	Filter  string `yaml:"filter"`
 	// ProgressInterval is how often Progress is called.
 	ProgressInterval time.Duration `yaml:"progress_interval"`
 	// Progress, when set, is called every ProgressInterval while the run
@@ -219,7 +225,7 @@ type topics struct {
 //	pubsub:                bench/{run}, shared as $share/bench/bench/{run} with several consumers
 //	produce:               $queue/bench-{run}, no consumer
 //	cycle, fanin, backlog: $queue/bench-{run}, consumed as $share/bench/$queue/bench-{run}
-func topicsFor(s Scenario, run string, consumers int) topics {
+func topicsFor(s Scenario, run string, consumers int, subject, filter string) topics {
 	switch s {
 	case ScenarioPubSub:
 		t := topics{publish: "bench/" + run, subscribe: "bench/" + run}
@@ -228,11 +234,19 @@ func topicsFor(s Scenario, run string, consumers int) topics {
 		}
 		return t
 	case ScenarioProduce:
-		return topics{publish: "$queue/bench-" + run}
+		return topics{publish: withLevels("$queue/bench-"+run, subject)}
 	default:
 		q := "$queue/bench-" + run
-		return topics{publish: q, subscribe: "$share/bench/" + q}
+		return topics{publish: withLevels(q, subject), subscribe: "$share/bench/" + withLevels(q, filter)}
 	}
+}
+
+// withLevels appends the levels of sub to topic, if any.
+func withLevels(topic, sub string) string {
+	if sub == "" {
+		return topic
+	}
+	return topic + "/" + sub
 }
 
 // newRunID returns 8 random hex characters.

@@ -26,7 +26,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if r.run == "" {
 		r.run = newRunID()
 	}
-	r.topics = topicsFor(cfg.Scenario, r.run, cfg.Consumers)
+	r.topics = topicsFor(cfg.Scenario, r.run, cfg.Consumers, cfg.Subject, cfg.Filter)
 	r.ledger = NewLedger(cfg.Producers)
 	r.meter = newMeter(cfg.Scenario == ScenarioProduce)
 	if cfg.Scenario == ScenarioBacklog {
