@@ -64,12 +64,35 @@ type adminAPI struct {
 	log *slog.Logger
 }
 
+// apiRoute is a path of the admin API and its handler for each method.
+type apiRoute struct {
+	path    string
+	methods map[string]http.HandlerFunc
+}
+
 // mount adds the admin API's routes to mux, each behind guard.
 func (a *adminAPI) mount(mux *http.ServeMux) {
-	routes := []struct {
-		path    string
-		methods map[string]http.HandlerFunc
-	}{
+	for _, r := range a.routes() {
+		var allow []string
+		for method, h := range r.methods {
+			mux.HandleFunc(method+" "+r.path, a.guard(h))
+			allow = append(allow, method)
+		}
+		slices.Sort(allow)
+		if !slices.Contains(allow, "GET") {
+			// GET also matches HEAD; other methods get a 405 below.
+			mux.HandleFunc("GET "+r.path, a.guard(a.notAllowed(allow)))
+		}
+		mux.HandleFunc(r.path, a.guard(a.notAllowed(allow)))
+	}
+	mux.HandleFunc("/api/v1/", a.guard(func(w http.ResponseWriter, r *http.Request) {
+		a.fail(w, r, http.StatusNotFound, fmt.Errorf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	}))
+}
+
+// routes are the admin API's paths and handlers (docs/openapi.yaml).
+func (a *adminAPI) routes() []apiRoute {
+	return []apiRoute{
 		{"/api/v1/queues", map[string]http.HandlerFunc{"GET": a.listQueues}},
 		{"/api/v1/queues/{queue}", map[string]http.HandlerFunc{"GET": a.showQueue(false), "PUT": a.mutating(a.declare), "DELETE": a.mutating(a.deleteQueue)}},
 		{"/api/v1/queues/{queue}/messages", map[string]http.HandlerFunc{"GET": a.peek(false)}},
@@ -90,22 +113,6 @@ func (a *adminAPI) mount(mux *http.ServeMux) {
 		{"/api/v1/cluster/nodes/{node}/undrain", map[string]http.HandlerFunc{"POST": a.mutating(a.clustered(a.drain(false)))}},
 		{"/api/v1/cluster/placement", map[string]http.HandlerFunc{"GET": a.placement, "PUT": a.mutating(a.clustered(a.setPlacement))}},
 	}
-	for _, r := range routes {
-		var allow []string
-		for method, h := range r.methods {
-			mux.HandleFunc(method+" "+r.path, a.guard(h))
-			allow = append(allow, method)
-		}
-		slices.Sort(allow)
-		if !slices.Contains(allow, "GET") {
-			// GET also matches HEAD; other methods get a 405 below.
-			mux.HandleFunc("GET "+r.path, a.guard(a.notAllowed(allow)))
-		}
-		mux.HandleFunc(r.path, a.guard(a.notAllowed(allow)))
-	}
-	mux.HandleFunc("/api/v1/", a.guard(func(w http.ResponseWriter, r *http.Request) {
-		a.fail(w, r, http.StatusNotFound, fmt.Errorf("no such endpoint: %s %s", r.Method, r.URL.Path))
-	}))
 }
 
 func (a *adminAPI) notAllowed(allow []string) http.HandlerFunc {
