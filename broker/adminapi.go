@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -127,6 +128,9 @@ type Settings struct {
 }
 
 func settingsOf(o queue.Options) Settings {
+	// The defaults by name, as the config file writes them.
+	o.Start = cmp.Or(o.Start, queue.StartEarliest)
+	o.Retention = cmp.Or(o.Retention, queue.RetentionAcked)
 	return Settings{
 		Partitions: o.Partitions, Ordering: o.Ordering, AckTimeout: Duration(o.AckTimeout),
 		MaxDeliveries: o.MaxDeliveries, Prefetch: o.Prefetch, KeyInflight: o.KeyInflight, Start: o.Start, Durability: o.Durability, QoS0: o.QoS0,

@@ -148,6 +148,10 @@ func (p *tab) queuePage() {
 	p.waitText(`table.groups tr[data-group="billing"] td.lag`, "3")
 	p.waitText(`table.groups tr[data-group="billing"] td.consumers`, "1")
 	p.waitText(`table.groups tr[data-group="billing"] td.leased`, "3")
+	// Who consumes: billing's consumer, holding its 3.
+	p.waitText(`table.consumers tr[data-client="billing-1"] td.held`, "3")
+	// The charts of the last hour, once two samples are taken (every 5 s).
+	p.waitFor("the depth and rate charts", `document.querySelector("#chart-depth polyline.depth") !== null && document.querySelector("#chart-rates polyline.in") !== null`)
 	// A poll keeps what it did not change: the buttons stay the same
 	// elements, so a click is never lost to a button replaced under the
 	// pointer.

@@ -54,6 +54,17 @@ function h(tag, attrs, ...children) {
   return el;
 }
 
+// s is h for SVG elements.
+const SVGNS = 'http://www.w3.org/2000/svg';
+function s(tag, attrs, ...children) {
+  const el = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== undefined && v !== null) el.setAttribute(k, String(v));
+  }
+  el.append(...nodes(children));
+  return el;
+}
+
 // nodes turns children into nodes: nested arrays are flattened, null,
 // undefined and false left out, anything else not a node made a text node.
 function nodes(children) {
@@ -609,6 +620,11 @@ async function refreshQueue(name, gen) {
   let isReady;
   try {
     [qv, isReady] = await Promise.all([api('GET', API + 'queues/' + enc(name)), ready()]);
+    // Charts and consumers are extras: a node that cannot answer them
+    // still shows the queue.
+    [qv.history, qv.consumerList] = await Promise.all([
+      api('GET', API + 'queues/' + enc(name) + '/history').catch(() => null),
+      api('GET', API + 'queues/' + enc(name) + '/consumers').catch(() => null)]);
   } catch (e) {
     if (e.status !== 404) throw e;
     if (gen !== state.generation) return;
@@ -626,10 +642,11 @@ async function refreshQueue(name, gen) {
     main.dataset.view = 'queue:' + name;
     state.dlq = { queue: name, messages: [], selected: new Set(), open: new Set(), views: new Map(), key: '', stale: true, error: null };
     state.peek = null;
-    fill(main, h('div', { id: 'figures' }), h('section', { id: 'dlq' }), h('section', { id: 'peek' }), h('section', { id: 'settings', class: 'two' }));
+    fill(main, h('div', { id: 'figures' }), h('section', { id: 'activity' }), h('section', { id: 'dlq' }), h('section', { id: 'peek' }), h('section', { id: 'settings', class: 'two' }));
     renderPeek(name);
   }
   renderFigures(qv);
+  renderActivity(qv);
   const d = state.dlq;
   d.qv = qv;
   // Read the dead letters again when their figures changed, unless the
@@ -709,6 +726,59 @@ function renderFigures(qv) {
       h('dl', { class: 'kv' }, Object.entries(s).map(([k, v]) => [h('dt', null, k), h('dd', null, String(v))]))),
     h('div', null, h('h2', null, 'Totals since the node started'),
       h('dl', { class: 'kv' }, Object.entries(c).map(([k, v]) => [h('dt', null, k.replace(/_/g, ' ')), h('dd', null, num(v))]))));
+}
+
+// renderActivity draws the queue's rates and depth over the last hour
+// (this node's samples, every 5 s) and the consumers connected.
+function renderActivity(qv) {
+  const samples = (qv.history && qv.history.samples) || [];
+  const t = (x) => Date.parse(x);
+  // A sample's rates are since the one before (none for the first); a
+  // sample that stands for an idle stretch (until after at) adds its end
+  // at 0.
+  const rates = (field) => samples.flatMap((x) => [[t(x.at), x[field] || 0]].concat(x.until !== x.at ? [[t(x.until), 0]] : []));
+  const depth = samples.flatMap((x) => x.until !== x.at ? [[t(x.at), x.depth], [t(x.until), x.depth]] : [[t(x.at), x.depth]]);
+  const rows = [];
+  for (const c of (qv.consumerList && qv.consumerList.clients) || []) {
+    for (const cv of c.consumers || []) {
+      if (cv.queue !== qv.name) continue;
+      rows.push(h('tr', { 'data-client': c.id },
+        h('td', { class: 'client' }, c.id), h('td', null, c.node), h('td', null, cv.group),
+        h('td', { class: 'num' }, cv.qos), h('td', { class: 'num' }, num(cv.prefetch)), h('td', { class: 'num held' }, num(cv.leased)),
+        h('td', null, cv.partitions && cv.partitions.length ? cv.partitions.join(', ') : 'shared'), h('td', null, cv.ack)));
+    }
+  }
+  fill($('#activity'),
+    h('h2', null, 'Activity', state.cluster && Array.isArray(state.cluster.partitions) ? h('span', { class: 'muted' }, ' (this node\'s partitions)') : null),
+    h('div', { class: 'charts' },
+      chart('chart-rates', 'Messages per second', [
+        { name: 'in', cls: 'in', points: rates('enqueued_per_second') },
+        { name: 'acked', cls: 'acked', points: rates('acked_per_second') }], '/s'),
+      chart('chart-depth', 'Depth', [{ name: 'messages', cls: 'depth', points: depth }], '')),
+    h('h2', null, 'Consumers'),
+    table('consumers', ['Client', 'Node', 'Group', 'QoS', 'Prefetch', 'Held', 'Partitions', 'Ack'], rows,
+      'No consumer connected to ' + qv.name + '.'));
+}
+
+// chart draws series ({name, cls, points: [[ms, value]]}) as lines over
+// the time they span, from 0 to their highest value, both written below.
+function chart(id, title, series, unit) {
+  const all = series.flatMap((x) => x.points);
+  const caption = h('figcaption', null, title, ' ', series.map((x) => h('span', { class: 'legend ' + x.cls }, x.name)));
+  if (all.length < 2) {
+    return h('figure', { class: 'chart', id }, caption, h('p', { class: 'muted' }, 'Not enough samples yet: one every 5 s.'));
+  }
+  const W = 600, H = 140, P = 4;
+  const t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(...all.map((p) => p[0]));
+  const top = Math.max(1, ...all.map((p) => p[1]));
+  const sx = (ms) => (P + (W - 2 * P) * (ms - t0) / Math.max(1, t1 - t0)).toFixed(1);
+  const sy = (v) => (H - P - (H - 2 * P) * v / top).toFixed(1);
+  return h('figure', { class: 'chart', id }, caption,
+    s('svg', { viewBox: '0 0 ' + W + ' ' + H, preserveAspectRatio: 'none', role: 'img', 'aria-label': title },
+      s('line', { class: 'axis', x1: P, y1: H - P, x2: W - P, y2: H - P }),
+      series.filter((x) => x.points.length).map((x) => s('polyline', { class: 'series ' + x.cls, fill: 'none',
+        points: x.points.map((p) => sx(p[0]) + ',' + sy(p[1])).join(' ') }))),
+    h('p', { class: 'scale muted' }, 'top ' + num(Math.round(top)) + unit + ' · the last ' + age((t1 - t0) / 1000)));
 }
 
 function toggleGroup(queue, group) {
