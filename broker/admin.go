@@ -41,6 +41,7 @@ import (
 //	POST   /api/v1/queues/{q}/groups/{g}/seek        move a group: {"to": ..., "force": bool} (seek.go)
 //	GET    /api/v1/clients                           connected clients: ?node=&user=&limit= (clients.go)
 //	DELETE /api/v1/clients/{id}                      disconnect a client
+//	GET    /api/v1/retained                          retained messages: ?prefix=&limit= (retained.go)
 //	GET    /api/v1/cluster                           the nodes and each partition's owner (clusterapi.go)
 //
 // In a cluster, the reads of queues (the list, a queue, a peek) gather
@@ -107,6 +108,7 @@ func (a *adminAPI) routes() []apiRoute {
 		{"/api/v1/queues/{queue}/dlq/groups/{group}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.deleteGroup(true))}},
 		{"/api/v1/queues/{queue}/dlq/replay", map[string]http.HandlerFunc{"POST": a.mutating(a.replay)}},
 		{"/api/v1/clients", map[string]http.HandlerFunc{"GET": a.listClients}},
+		{"/api/v1/retained", map[string]http.HandlerFunc{"GET": a.listRetained}},
 		{"/api/v1/clients/{client}", map[string]http.HandlerFunc{"DELETE": a.mutating(a.disconnectClient)}},
 		{"/api/v1/cluster", map[string]http.HandlerFunc{"GET": a.clusterStatus}},
 		{"/api/v1/cluster/nodes/{node}/drain", map[string]http.HandlerFunc{"POST": a.mutating(a.clustered(a.drain(true)))}},

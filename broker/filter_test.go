@@ -1,9 +1,12 @@
 package broker_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardq/shardq/broker"
 )
 
 // TestSubjectFilter (SPEC 12, subject filters): a group subscribed to
@@ -57,4 +60,29 @@ func TestSubjectFilter(t *testing.T) {
 	if len(sa.Reasons) != 1 || sa.Reasons[0] != 0x8F || !strings.Contains(sa.Properties.ReasonString, "takes subjects eu/#") {
 		t.Fatalf("another filter for group eu: SUBACK %v %q, want 0x8F saying the group takes eu/#", sa.Reasons, sa.Properties.ReasonString)
 	}
+}
+
+// TestAdminRetained: GET /api/v1/retained lists the retained messages,
+// sorted by topic, those under a prefix, at most the limit; a cleared
+// topic is gone from it.
+func TestAdminRetained(t *testing.T) {
+	b := startBroker(t, t.TempDir(), withToken)
+	c := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	publishRetained(c, "sensors/b/temp", []byte("21.5"))
+	publishRetained(c, "sensors/a/temp", []byte("19.0"))
+	publishRetained(c, "other/x", []byte("x"))
+	l := get[broker.RetainedList](t, b, "GET", "/api/v1/retained?prefix=sensors/", adminToken, "", http.StatusOK)
+	if l.Total != 2 || len(l.Messages) != 2 || l.Messages[0].Topic != "sensors/a/temp" || string(l.Messages[0].Payload) != "19.0" ||
+		l.Messages[1].Topic != "sensors/b/temp" || l.Messages[0].QoS != 1 || l.Messages[0].RetainedAt == nil {
+		t.Fatalf("retained under sensors/: %+v", l)
+	}
+	if l := get[broker.RetainedList](t, b, "GET", "/api/v1/retained?limit=1", adminToken, "", http.StatusOK); l.Total != 3 || len(l.Messages) != 1 || l.Messages[0].Topic != "other/x" {
+		t.Fatalf("retained, limit 1: %+v", l)
+	}
+	publishRetained(c, "other/x", nil) // clears it
+	waitFor(t, func() bool {
+		return get[broker.RetainedList](t, b, "GET", "/api/v1/retained", adminToken, "", http.StatusOK).Total == 2
+	})
+	refused(t, b, "GET", "/api/v1/retained?limit=0", adminToken, "", http.StatusBadRequest, "from 1 to 10000")
+	refused(t, b, "GET", "/api/v1/retained", "", "", http.StatusUnauthorized, "bearer token")
 }

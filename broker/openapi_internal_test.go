@@ -74,6 +74,7 @@ func TestOpenAPI(t *testing.T) {
 		"ReplayRequest": ReplayRequest{}, "ReplayResult": ReplayResult{}, "ReplayedLetter": ReplayedLetter{},
 		"History": History{}, "HistorySample": HistorySample{}, "ClientList": ClientList{}, "ClientView": ClientView{},
 		"SubscriptionView": SubscriptionView{}, "ConsumerView": ConsumerView{}, "ClientDisconnected": ClientDisconnected{},
+		"RetainedList": RetainedList{}, "RetainedView": RetainedView{},
 		"ClusterView": ClusterView{}, "NodeStatus": cluster.NodeStatus{}, "PartitionStatus": cluster.PartitionStatus{},
 		"DrainView": DrainView{}, "PlacementView": PlacementView{}, "PlacementRuleView": PlacementRuleView{}, "Error": Error{},
 	}
