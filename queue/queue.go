@@ -220,12 +220,11 @@ func (q *Queue) fullLocked(size int) bool {
 		// Messages every group acked are gone for the user, even those
 		// that wait above a floor for retention (acked out of order).
 		var acked, ackedBytes int64
-		for _, p := range q.parts {
-			if q.opts.Retention == RetentionTime {
-				break // kept, settled or not: they count
+		if q.opts.Retention != RetentionTime { // kept, settled or not: they count
+			for _, p := range q.parts {
+				n, b := p.settledByAllLocked()
+				acked, ackedBytes = acked+n, ackedBytes+b
 			}
-			n, b := p.settledByAllLocked()
-			acked, ackedBytes = acked+n, ackedBytes+b
 		}
 		return q.opts.MaxMessages > 0 && q.depth.Load()-acked >= q.opts.MaxMessages ||
 			q.opts.MaxBytes > 0 && q.bytes.Load()-ackedBytes+int64(size) > q.opts.MaxBytes
