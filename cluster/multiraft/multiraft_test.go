@@ -719,6 +719,7 @@ func TestNewReplicaByCopyKeepsItsID(t *testing.T) {
 	c.converge("g", 200, "a", "b", "c", "d")
 	c.change(abc, "g", multiraft.Promote, "d")
 	abd := []string{"a", "b", "d"}
+	c.leadAway("g", "c", abd)
 	c.change(abd, "g", multiraft.Remove, "c")
 	c.propose(abd, "g", values("w", 100)...)
 	c.converge("g", 300, abd...)
@@ -818,6 +819,28 @@ func (c *cluster) change(among []string, group string, ch multiraft.Change, node
 		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("replica change of %s (%s) not applied within %s", node, ch, waitLimit)
+		}
+	}
+}
+
+// leadAway moves the leadership of group off node, as the cluster does
+// before it removes a leader, and returns once one of among leads.
+func (c *cluster) leadAway(group, node string, among []string) {
+	c.t.Helper()
+	all := append([]string{node}, among...)
+	deadline := time.Now().Add(waitLimit)
+	for {
+		lead := c.leader(group, all...)
+		if lead != node {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s still leads %s after %s", node, group, waitLimit)
+		}
+		g := c.nodes[node].h.Group(group)
+		g.RequestTransfer(func(n string) bool { return slices.Contains(among, n) })
+		for end := time.Now().Add(10 * election); g.IsLeader() && time.Now().Before(end); {
+			time.Sleep(tick)
 		}
 	}
 }
