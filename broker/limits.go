@@ -139,8 +139,8 @@ func (l *limitedQueues) ensure(ctx context.Context, name string) error {
 
 // The calls below go to the service as they are.
 
-func (l *limitedQueues) CheckSubscription(ctx context.Context, f queue.Filter, ps []int) error {
-	return l.svc.CheckSubscription(ctx, f, ps)
+func (l *limitedQueues) CheckSubscription(ctx context.Context, f queue.Filter, o queue.ConsumerOptions) error {
+	return l.svc.CheckSubscription(ctx, f, o)
 }
 
 func (l *limitedQueues) Settle(r queue.LeaseRef, o queue.Outcome) error { return l.svc.Settle(r, o) }

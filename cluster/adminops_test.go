@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/shardq/shardq/queue"
 )
 
 // adminConfig declares jobs (2 partitions, replication factor 3 as every
@@ -386,5 +387,39 @@ func TestSubjectFilterAcrossNodes(t *testing.T) {
 	sa, err := us.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "$share/eu/$queue/stream/us/#", QoS: 1}}})
 	if sa == nil || len(sa.Reasons) != 1 || sa.Reasons[0] != 0x8F {
 		t.Fatalf("another filter for group eu on a leader: SUBACK %+v (%v), want 0x8F", sa, err)
+	}
+
+	// Consumer-side sharding across nodes (SPEC 12): group sh sharded by
+	// key into 3, shards 0 and 2 on the node leading neither partition,
+	// shard 1 on a leader. Each gets exactly its shards' messages, from
+	// both partitions.
+	sharded := func(addr, id, shards string) *client {
+		cl := dial(t, addr, id, 32)
+		props := &paho.SubscribeProperties{User: paho.UserProperties{{Key: "shard-count", Value: "3"}, {Key: "shards", Value: shards}, {Key: "start", Value: "latest"}}}
+		sa, err := cl.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "$share/sh/$queue/stream", QoS: 1}}, Properties: props})
+		if err != nil || len(sa.Reasons) != 1 || sa.Reasons[0] != 1 {
+			t.Fatalf("sharded subscription on %s: %+v %v", id, sa, err)
+		}
+		return cl
+	}
+	shards := map[string]*client{"02": sharded(c.nodes[x].mqtt, "shard02", "0,2"), "1": sharded(leader.mqtt, "shard1", "1")}
+	for i := range 12 {
+		key := fmt.Sprintf("k%d", i)
+		if code, err := prod.publish("$queue/stream", key, []byte(key)); err != nil || code != 0 {
+			t.Fatalf("publish %s: %#x %v", key, code, err)
+		}
+	}
+	waitCount(t, 12, 15*time.Second, shards["02"], shards["1"])
+	c.waitFigures("stream", 10*time.Second, func(f queueFigures) bool { lag, ok := f.lag("sh"); return ok && lag == 0 }, "a", "b", "c")
+	for name, cl := range shards {
+		for _, p := range cl.received() {
+			s := queue.MessageShard(&queue.Message{Key: string(p.Payload)}, []string{queue.ShardByKey}, 3)
+			if !strings.Contains(name, fmt.Sprint(s)) {
+				t.Errorf("the consumer of shards %s got %s, of shard %d", name, p.Payload, s)
+			}
+		}
+	}
+	if n := len(shards["02"].received()) + len(shards["1"].received()); n != 12 {
+		t.Fatalf("the sharded consumers got %d messages, want 12, each once", n)
 	}
 }

@@ -226,10 +226,11 @@ func (rs *remoteSub) run(ctx context.Context, node string, cs *consumeStream) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, queue.ErrFilterMismatch) {
-			// Refused by the node: the group has another subject filter
-			// there. Asked again, in case the group goes.
-			rs.n.log.Warn("a partition's leader refuses this consumer: its subject filter is not its group's", "node", node, "queue", rs.f.Queue, "group", rs.f.Group, "err", err)
+		if errors.Is(err, queue.ErrFilterMismatch) || errors.Is(err, queue.ErrShardingMismatch) || errors.Is(err, queue.ErrBadSharding) {
+			// Refused by the node: the group has another subject filter,
+			// or is sharded another way, there. Asked again, in case the
+			// group goes (or its other sharded consumers leave).
+			rs.n.log.Warn("a partition's leader refuses this consumer: it does not fit its group", "node", node, "queue", rs.f.Queue, "group", rs.f.Group, "err", err)
 			select {
 			case <-ctx.Done():
 				return
@@ -261,9 +262,16 @@ func (rs *remoteSub) stream(ctx context.Context, node string, cs *consumeStream)
 	for i, x := range rs.o.Partitions {
 		ps[i] = int32(x)
 	}
-	if err := s.Send(&pb.ConsumeUp{Subscribe: &pb.Subscribe{Queue: rs.f.Queue, Group: rs.f.Group, Shared: rs.f.Shared,
+	sub := &pb.Subscribe{Queue: rs.f.Queue, Group: rs.f.Group, Shared: rs.f.Shared,
 		AllSubjects: rs.f.AllSubjects, Subjects: rs.f.Subjects, Partitions: ps, Prefetch: int32(rs.o.Prefetch), Explicit: rs.o.Explicit, Start: string(rs.o.Start),
-		Credit: rs.window(), Node: rs.n.opts.NodeID}}); err != nil {
+		Credit: rs.window(), Node: rs.n.opts.NodeID}
+	if sh := rs.o.Sharding; sh != nil {
+		sub.ShardBy, sub.ShardCount = sh.By, int32(sh.Count)
+		for _, id := range sh.Shards {
+			sub.Shards = append(sub.Shards, int32(id))
+		}
+	}
+	if err := s.Send(&pb.ConsumeUp{Subscribe: sub}); err != nil {
 		return err
 	}
 	rs.mu.Lock()
@@ -489,6 +497,12 @@ func (s *server) Consume(stream pb.Node_ConsumeServer) error {
 	}
 	sr := &streamReceiver{wake: make(chan struct{}, 1)}
 	o := queue.ConsumerOptions{Prefetch: int(sub.Prefetch), Explicit: sub.Explicit, Start: queue.Start(sub.Start), Credit: queue.NewCredit(int(max(1, sub.Credit)))}
+	if sub.ShardCount > 0 {
+		o.Sharding = &queue.Sharding{By: sub.ShardBy, Count: int(sub.ShardCount)}
+		for _, id := range sub.Shards {
+			o.Sharding.Shards = append(o.Sharding.Shards, int(id))
+		}
+	}
 	f := queue.Filter{Queue: sub.Queue, Group: sub.Group, Shared: sub.Shared, AllSubjects: sub.AllSubjects, Subjects: sub.Subjects}
 	c, err := s.n.m.Subscribe(ctx, f, sr, o)
 	if err != nil {

@@ -149,6 +149,8 @@ var codes = []struct {
 	{pb.Code_CLOSED, queue.ErrClosed},
 	{pb.Code_BAD_PARTITIONS, queue.ErrBadPartitions},
 	{pb.Code_FILTER_MISMATCH, queue.ErrFilterMismatch},
+	{pb.Code_SHARDING_MISMATCH, queue.ErrShardingMismatch},
+	{pb.Code_BAD_SHARDING, queue.ErrBadSharding},
 }
 
 // toResult encodes err for the wire.

@@ -92,15 +92,16 @@ func (n *Node) Settings(ctx context.Context, name string) (queue.Options, error)
 // the group as this node knows it: a node where the group has not been
 // read yet learns its subject filter from the partitions' owners, which
 // refuse another one on the consumer's streams.
-func (n *Node) CheckSubscription(ctx context.Context, f queue.Filter, ps []int) error {
+func (n *Node) CheckSubscription(ctx context.Context, f queue.Filter, o queue.ConsumerOptions) error {
 	if q := n.m.Queue(f.Queue); q != nil {
-		return q.CheckSubscription(f.Group, f.Subjects, ps)
+		o.Subjects = f.Subjects
+		return q.CheckSubscription(f.Group, o)
 	}
-	o, err := n.Settings(ctx, f.Queue)
+	qo, err := n.Settings(ctx, f.Queue)
 	if err != nil {
 		return err
 	}
-	return queue.CheckPartitionsOf(o.Partitions, ps)
+	return queue.CheckNewSubscription(f, qo, o)
 }
 
 // Publish stores msg in its partition, on whichever node owns it; done

@@ -17,6 +17,9 @@ const (
 	propPrefetch   = "prefetch"
 	propPartitions = "partitions"
 	propStart      = "start"
+	propShardBy    = "shard-by"
+	propShardCount = "shard-count"
+	propShards     = "shards"
 )
 
 // subscription is one queue subscription of a client: a consumer of a group.
@@ -72,7 +75,7 @@ func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 		if err == nil {
 			var o subOptions
 			if o, err = subscriptionOptions(f, sub, pk.Properties.User, qo.Partitions); err == nil {
-				err = h.m.CheckSubscription(h.ctx, o.filter, o.Partitions)
+				err = h.m.CheckSubscription(h.ctx, o.filter, o.ConsumerOptions)
 			}
 			if err == nil && sub.Qos == 0 {
 				h.warnQoS0(cl, f.Queue, o.filter.Group)
@@ -141,7 +144,57 @@ func subscriptionOptions(f queue.Filter, sub packets.Subscription, props []packe
 			o.Partitions = ps
 		}
 	}
-	return o, nil
+	sh, err := shardingOf(props)
+	o.Sharding = sh
+	return o, err
+}
+
+// shardingOf reads the subscription properties shard-by, shard-count and
+// shards: nil when none is given.
+func shardingOf(props []packets.UserProperty) (*queue.Sharding, error) {
+	var s *queue.Sharding
+	count, shards := "", ""
+	for _, u := range props {
+		switch u.Key {
+		case propShardBy, propShardCount, propShards:
+		default:
+			continue
+		}
+		if s == nil {
+			s = &queue.Sharding{}
+		}
+		switch u.Key {
+		case propShardBy:
+			for _, name := range strings.Split(u.Val, ",") {
+				s.By = append(s.By, strings.TrimSpace(name))
+			}
+		case propShardCount:
+			count = u.Val
+		case propShards:
+			shards = u.Val
+		}
+	}
+	if s == nil {
+		return nil, nil
+	}
+	if count == "" || shards == "" {
+		return nil, fmt.Errorf("%w: sharding needs shard-count and shards (shards=0,2 shard-count=4), got shard-count %q and shards %q", errBadProperty, count, shards)
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil {
+		return nil, fmt.Errorf("%w: shard-count %q is not a number", errBadProperty, count)
+	}
+	s.Count = n
+	seen := map[int]bool{}
+	for _, f := range strings.Split(shards, ",") {
+		id, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || seen[id] {
+			return nil, fmt.Errorf("%w: shards %q: each must be a distinct number below shard-count", errBadProperty, shards)
+		}
+		seen[id] = true
+		s.Shards = append(s.Shards, id)
+	}
+	return s, s.Check()
 }
 
 // parsePartitions reads a list like "0,1,5" of distinct partitions below n.

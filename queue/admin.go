@@ -139,6 +139,7 @@ func (c *cursor) purgeLocked(b *Batch, k *kicks) {
 	}
 	c.next = max(c.next, to)
 	c.ready, c.pinned = nil, nil
+	c.aside, c.asideN = nil, 0
 	clear(c.keys)
 	c.parked = 0
 	c.ra, c.raPos, c.raFrom, c.raTo = nil, 0, 0, 0

@@ -51,6 +51,10 @@ type ConsumerOptions struct {
 	// a new group takes it; a group with another one refuses the
 	// subscription (ErrFilterMismatch).
 	Subjects string
+	// Sharding, when set, is the consumer's share of the group's
+	// messages (Sharding); the group's other sharded consumers must
+	// shard the same way (ErrShardingMismatch).
+	Sharding *Sharding
 	// Credit, when set, is shared by every consumer of one connection: a
 	// delivery takes one and its PUBACK (or the end of the connection)
 	// gives it back, whatever queue it came from. It carries MQTT 5
@@ -162,7 +166,8 @@ type Consumer struct {
 	window     *window
 	closed     bool // written with every lock of the queue held
 	explicit   bool
-	partitions []int // claimed by name; empty: any the group gives it
+	partitions []int  // claimed by name; empty: any the group gives it
+	shards     []bool // by shard, those it takes (Sharding); nil: every one
 	shared     *Credit
 }
 

@@ -34,6 +34,12 @@ var (
 	// ErrFilterMismatch: a subscription's subject filter differs from
 	// its group's.
 	ErrFilterMismatch = errors.New("queue: the subscription's subject filter differs from its group's")
+	// ErrBadSharding: a subscription's shard-by, shard-count or shards
+	// cannot be taken as they are.
+	ErrBadSharding = errors.New("queue: invalid sharding")
+	// ErrShardingMismatch: a subscription's shard-by or shard-count
+	// differs from those of its group's sharded consumers.
+	ErrShardingMismatch = errors.New("queue: the subscription's sharding differs from its group's")
 	// ErrBadSeek: a seek or a start names no point a group can be at.
 	ErrBadSeek = errors.New("queue: invalid seek point")
 	// ErrPartitionsChanged: the config asks for another partition count than the stored queue has.

@@ -43,6 +43,9 @@ type group struct {
 	// they come (Filtered).
 	filter string
 
+	// sharding is the shard scheme of its sharded consumers (Sharding).
+	sharding groupSharding
+
 	stats GroupStats
 }
 
@@ -107,8 +110,10 @@ type cursor struct {
 	marks      []uint64 // settled above the floor since the last flush
 	unmarks    []uint64 // marked on disk, now below the floor
 
-	ready   readyHeap            // released messages, deliverable now, lowest offset first
-	pinned  []*pending           // next messages of keys leased to a consumer, for it (key_inflight)
+	ready   readyHeap          // released messages, deliverable now, lowest offset first
+	pinned  []*pending         // next messages of keys leased to a consumer, for it (key_inflight)
+	aside   map[int][]*pending // by shard: messages no consumer that takes their shard could take yet (Sharding)
+	asideN  int
 	retries retryHeap            // nacked and delayed messages, by the time they are due
 	keys    map[string]*keyState // ordering key: keys with a message out
 	parked  int                  // messages parked behind blocked keys
@@ -176,6 +181,7 @@ func (g *group) addConsumer(c *Consumer) {
 }
 
 func (g *group) removeConsumer(c *Consumer) {
+	g.leaveSharding(c)
 	for i, x := range g.consumers {
 		if x == c {
 			g.consumers = append(g.consumers[:i], g.consumers[i+1:]...)
@@ -315,6 +321,7 @@ func (c *cursor) dispatchLocked(now time.Time) {
 	if !uniform {
 		g.settleMove(c.p.index)
 	}
+	rechecked := false
 	for {
 		if !c.markedLocked(now) {
 			return // until the mark asked for is stored (marked dispatches)
@@ -337,6 +344,17 @@ func (c *cursor) dispatchLocked(now time.Time) {
 		m, prior, released, to := c.nextLocked(now, cons, uniform)
 		if m == nil {
 			cons.giveBack()
+			if c.asideN > 0 && !rechecked && c.waitsForHolder() {
+				// Set aside for a consumer without credit now: marked
+				// starved, so that its credit coming back dispatches
+				// them, then looked at once more, so that credit that
+				// came back meanwhile is not missed.
+				rechecked = true
+				if c.starved.CompareAndSwap(false, true) {
+					g.starved.Add(1)
+				}
+				continue
+			}
 			return
 		}
 		if to != cons {
@@ -367,7 +385,7 @@ func (c *cursor) takeConsumer(uniform bool) *Consumer {
 
 // hasWork reports whether the cursor may have a message to deliver.
 func (c *cursor) hasWork() bool {
-	return c.ready.Len() > 0 || len(c.pinned) > 0 || c.next < c.p.committed
+	return c.ready.Len() > 0 || len(c.pinned) > 0 || c.asideN > 0 || c.next < c.p.committed
 }
 
 // kick dispatches the group's starved cursors: a consumer's credit came
@@ -442,6 +460,13 @@ func (c *cursor) nextLocked(now time.Time, cons *Consumer, uniform bool) (*Messa
 		to := pd.to
 		switch {
 		case c.isSettled(pd.m.Offset):
+		case to.closed && c.g.sharding.members > 0 && !cons.accepts(pd.m):
+			// Its consumer left, and cons does not take its shard.
+			c.pinned = slices.Delete(c.pinned, i, i+1)
+			i--
+			pd.to = nil
+			c.setAsideLocked(pd)
+			continue
 		case to.closed:
 			to = cons // its consumer left: it is the key's next message for anyone
 		case to == cons:
@@ -463,16 +488,33 @@ func (c *cursor) nextLocked(now time.Time, cons *Consumer, uniform bool) (*Messa
 		}
 		return pd.m, pd.deliveries, pd.released, to
 	}
+	sharded := c.g.sharding.members > 0
+	for c.asideN > 0 {
+		pd, to := c.takeAsideLocked(cons, uniform)
+		if pd == nil {
+			break
+		}
+		if m, ok := c.dueLocked(pd, now); ok {
+			return m, pd.deliveries, pd.released, to
+		}
+		if to != cons {
+			to.giveBack()
+		}
+	}
 	for c.ready.Len() > 0 {
 		pd := heap.Pop(&c.ready).(*pending)
-		if c.isSettled(pd.m.Offset) {
-			c.unblockLocked(pd.m) // settled meanwhile: its key passes on
+		m, ok := c.dueLocked(pd, now)
+		if !ok {
 			continue
 		}
-		if c.expiredLocked(pd.m, pd.deliveries, now) || c.spentLocked(pd.m, pd.deliveries-pd.released, now) {
-			continue
+		to := cons
+		if sharded && !cons.accepts(m) {
+			if to = c.takerLocked(m, cons, uniform); to == nil {
+				c.setAsideLocked(pd)
+				continue
+			}
 		}
-		return pd.m, pd.deliveries, pd.released, cons
+		return m, pd.deliveries, pd.released, to
 	}
 	q := c.g.q
 	// Asked for before it is needed: half of the offsets or half of the
@@ -481,6 +523,9 @@ func (c *cursor) nextLocked(now time.Time, cons *Consumer, uniform bool) (*Messa
 		c.askMarkLocked(now)
 	}
 	for c.next < min(c.p.committed, c.mark) {
+		if sharded && c.asideN >= maxParked {
+			return nil, 0, 0, nil // until a consumer of a shard set aside takes some
+		}
 		off := c.next
 		m, known := c.messageAt(off)
 		if !known {
@@ -532,9 +577,31 @@ func (c *cursor) nextLocked(now time.Time, cons *Consumer, uniform bool) (*Messa
 		if c.expiredLocked(m, prior, now) || c.spentLocked(m, prior, now) {
 			continue
 		}
-		return m, prior, 0, cons
+		to := cons
+		if sharded && !cons.accepts(m) {
+			if to = c.takerLocked(m, cons, uniform); to == nil {
+				c.setAsideLocked(&pending{m: m, deliveries: prior})
+				continue
+			}
+		}
+		return m, prior, 0, to
 	}
 	return nil, 0, 0, nil
+}
+
+// dueLocked returns the message of pd, waiting to be delivered again,
+// unless it was settled meanwhile (its key passes on), has expired, or
+// used up its deliveries (dead-lettered). The partition's lock must be
+// held.
+func (c *cursor) dueLocked(pd *pending, now time.Time) (*Message, bool) {
+	if c.isSettled(pd.m.Offset) {
+		c.unblockLocked(pd.m)
+		return nil, false
+	}
+	if c.expiredLocked(pd.m, pd.deliveries, now) || c.spentLocked(pd.m, pd.deliveries-pd.released, now) {
+		return nil, false
+	}
+	return pd.m, true
 }
 
 // pipelineTo returns the consumer m may be leased to while other messages
@@ -545,7 +612,8 @@ func (c *cursor) nextLocked(now time.Time, cons *Consumer, uniform bool) (*Messa
 func (c *cursor) pipelineTo(ks *keyState, m *Message, cons *Consumer, uniform bool, now time.Time) *Consumer {
 	q := c.g.q
 	n := q.opts.keyInflight()
-	if n < 2 || len(ks.waiting) > 0 || ks.out != ks.held || ks.out >= n || ks.owner == nil || ks.owner.closed {
+	if n < 2 || len(ks.waiting) > 0 || ks.out != ks.held || ks.out >= n || ks.owner == nil || ks.owner.closed ||
+		c.g.sharding.members > 0 && !ks.owner.accepts(m) {
 		return nil
 	}
 	if m.Offset < c.heldBelow && now.Before(c.heldUntil) || !m.NotBefore.IsZero() && m.NotBefore.After(now) ||

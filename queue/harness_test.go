@@ -164,13 +164,14 @@ type msg struct {
 	dedup                 string        // dedup-id
 	delay                 time.Duration // not delivered before publish time + delay
 	ttl                   time.Duration // expires at publish time + ttl
+	props                 []queue.Property
 }
 
 // kmsg is a message of key with payload.
 func kmsg(key, payload string) msg { return msg{key: key, payload: payload} }
 
 func (h *harness) message(m msg) *queue.Message {
-	qm := &queue.Message{Key: m.key, Subject: m.subject, Payload: []byte(m.payload), DedupID: m.dedup}
+	qm := &queue.Message{Key: m.key, Subject: m.subject, Payload: []byte(m.payload), DedupID: m.dedup, Headers: queue.Headers{User: m.props}}
 	now := h.clock()
 	if m.delay != 0 {
 		qm.NotBefore = now.Add(m.delay)
@@ -226,6 +227,7 @@ type sub struct {
 	prefetch   int   // 0 is the queue's prefetch
 	explicit   bool  // settled by explicit calls; the PUBACK is received()
 	partitions []int // the only partitions the consumer takes
+	sharding   *queue.Sharding
 	credit     *queue.Credit
 	// onDeliver, if set, sees every delivery as it is made, on the
 	// goroutine that makes it; it must not call back into the harness's
@@ -306,6 +308,7 @@ func (h *harness) trySubscribe(q, name string, s sub) (*consumer, error) {
 	h.mu.Unlock()
 	qc, err := h.m.Subscribe(context.Background(), queue.Filter{Queue: q, Group: group, Subjects: s.subjects}, c, queue.ConsumerOptions{
 		Prefetch: s.prefetch, Explicit: s.explicit, Partitions: s.partitions, Credit: s.credit, Start: s.start,
+		Sharding: s.sharding,
 	})
 	if err != nil {
 		h.mu.Lock()

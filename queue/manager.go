@@ -359,7 +359,7 @@ func (m *Manager) Publish(ctx context.Context, name string, msg *Message, done f
 func (m *Manager) Subscribe(ctx context.Context, f Filter, r Receiver, o ConsumerOptions) (Subscription, error) {
 	// Refused before the queue is opened: a refused first subscribe
 	// creates no queue.
-	if err := m.CheckSubscription(ctx, f, o.Partitions); err != nil {
+	if err := m.CheckSubscription(ctx, f, o); err != nil {
 		return nil, err
 	}
 	q, err := m.Open(ctx, f.Queue)

@@ -281,30 +281,40 @@ func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consume
 	if err := q.checkPartitionsLocked(q.groups[group], group, o.Partitions); err != nil {
 		return nil, err
 	}
-	if g := q.groups[group]; g != nil && g.filter != o.Subjects {
-		return nil, filterMismatch(q.name, group, g.filter, o.Subjects)
+	if err := q.checkGroupLocked(group, o); err != nil {
+		return nil, err
 	}
 	g := q.groupLocked(group, start, at, o.Subjects)
 	c := &Consumer{q: q, g: g, r: r, explicit: o.Explicit, partitions: slices.Clone(o.Partitions), shared: o.Credit,
 		window: newWindow(prefetch)}
 	c.credit.Store(int64(c.window.Size()))
+	g.joinSharding(c, o.Sharding)
 	g.addConsumer(c)
 	q.dispatchAllLocked(q.m.now())
 	return c, nil
 }
 
 // CheckSubscription reports whether a consumer of group may subscribe
-// with the subject filter subjects and claim the partitions ps: the
-// group has that filter (or does not exist yet), the partitions exist and
-// no other consumer of the group holds them.
-func (q *Queue) CheckSubscription(group, subjects string, ps []int) error {
+// with the options o: the group has o's subject filter (or does not exist
+// yet), the partitions o claims exist and no other consumer of the group
+// holds them, and o's sharding is valid and that of the group's sharded
+// consumers.
+func (q *Queue) CheckSubscription(group string, o ConsumerOptions) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.checkGroupLocked(group, o)
+}
+
+// checkGroupLocked is CheckSubscription with q.mu held.
+func (q *Queue) checkGroupLocked(group string, o ConsumerOptions) error {
 	g := q.groups[group]
-	if g != nil && g.filter != subjects {
-		return filterMismatch(q.name, group, g.filter, subjects)
+	if g != nil && g.filter != o.Subjects {
+		return filterMismatch(q.name, group, g.filter, o.Subjects)
 	}
-	return q.checkPartitionsLocked(g, group, ps)
+	if err := q.checkPartitionsLocked(g, group, o.Partitions); err != nil {
+		return err
+	}
+	return checkShardingLocked(q.name, g, group, q.opts.Ordering, o.Sharding)
 }
 
 func (q *Queue) checkPartitionsLocked(g *group, name string, ps []int) error {

@@ -23,7 +23,7 @@ type Service interface {
 	// CheckSubscription reports whether a consumer of the filter's group
 	// may subscribe with its subject filter and claim the partitions ps
 	// (see Queue.CheckSubscription).
-	CheckSubscription(ctx context.Context, f Filter, ps []int) error
+	CheckSubscription(ctx context.Context, f Filter, o ConsumerOptions) error
 	// Subscribe adds a consumer to the filter's queue and group.
 	Subscribe(ctx context.Context, f Filter, r Receiver, o ConsumerOptions) (Subscription, error)
 	// Settle ends the delivery with o and frees the consumer's credit
@@ -65,17 +65,28 @@ func (m *Manager) Settings(ctx context.Context, queue string) (Options, error) {
 	return o, err
 }
 
-// CheckSubscription checks a subscription of f claiming partitions ps
-// (on the partitions the queue would have, for a queue not created yet).
-func (m *Manager) CheckSubscription(ctx context.Context, f Filter, ps []int) error {
+// CheckSubscription checks a subscription of f with the options o (its
+// subject filter is f's), on the settings the queue would have for a
+// queue not created yet.
+func (m *Manager) CheckSubscription(ctx context.Context, f Filter, o ConsumerOptions) error {
+	o.Subjects = f.Subjects
 	if q := m.Queue(f.Queue); q != nil {
-		return q.CheckSubscription(f.Group, f.Subjects, ps)
+		return q.CheckSubscription(f.Group, o)
 	}
-	o, err := m.Settings(ctx, f.Queue)
+	qo, err := m.Settings(ctx, f.Queue)
 	if err != nil {
 		return err
 	}
-	return CheckPartitionsOf(o.Partitions, ps)
+	return CheckNewSubscription(f, qo, o)
+}
+
+// CheckNewSubscription checks a subscription of f with the options o to
+// a queue not created yet, of settings qo.
+func CheckNewSubscription(f Filter, qo Options, o ConsumerOptions) error {
+	if err := CheckPartitionsOf(qo.Partitions, o.Partitions); err != nil {
+		return err
+	}
+	return checkShardingLocked(f.Queue, nil, f.Group, qo.Ordering, o.Sharding)
 }
 
 // CheckPartitionsOf checks that the partitions ps exist in a queue of n.

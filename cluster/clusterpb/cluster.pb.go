@@ -48,6 +48,10 @@ const (
 	Code_UNKNOWN_OUTCOME Code = 13
 	// A subscription's subject filter differs from its group's.
 	Code_FILTER_MISMATCH Code = 14
+	// A subscription's sharding differs from its group's sharded
+	// consumers', or is not valid.
+	Code_SHARDING_MISMATCH Code = 15
+	Code_BAD_SHARDING      Code = 16
 )
 
 // Enum value maps for Code.
@@ -68,23 +72,27 @@ var (
 		12: "OTHER",
 		13: "UNKNOWN_OUTCOME",
 		14: "FILTER_MISMATCH",
+		15: "SHARDING_MISMATCH",
+		16: "BAD_SHARDING",
 	}
 	Code_value = map[string]int32{
-		"OK":              0,
-		"NOT_OWNED":       1,
-		"FENCED":          2,
-		"QUEUE_FULL":      3,
-		"TOO_LARGE":       4,
-		"STORAGE_FULL":    5,
-		"STORAGE":         6,
-		"NO_SUCH_QUEUE":   7,
-		"INVALID_TOPIC":   8,
-		"NOT_LEASED":      9,
-		"CLOSED":          10,
-		"BAD_PARTITIONS":  11,
-		"OTHER":           12,
-		"UNKNOWN_OUTCOME": 13,
-		"FILTER_MISMATCH": 14,
+		"OK":                0,
+		"NOT_OWNED":         1,
+		"FENCED":            2,
+		"QUEUE_FULL":        3,
+		"TOO_LARGE":         4,
+		"STORAGE_FULL":      5,
+		"STORAGE":           6,
+		"NO_SUCH_QUEUE":     7,
+		"INVALID_TOPIC":     8,
+		"NOT_LEASED":        9,
+		"CLOSED":            10,
+		"BAD_PARTITIONS":    11,
+		"OTHER":             12,
+		"UNKNOWN_OUTCOME":   13,
+		"FILTER_MISMATCH":   14,
+		"SHARDING_MISMATCH": 15,
+		"BAD_SHARDING":      16,
 	}
 )
 
@@ -816,7 +824,12 @@ type Subscribe struct {
 	Start string `protobuf:"bytes,10,opt,name=start,proto3" json:"start,omitempty"`
 	// subjects is the subscription's subject filter ("" for every
 	// subject), which its group must have.
-	Subjects      string `protobuf:"bytes,11,opt,name=subjects,proto3" json:"subjects,omitempty"`
+	Subjects string `protobuf:"bytes,11,opt,name=subjects,proto3" json:"subjects,omitempty"`
+	// The consumer's sharding (queue.Sharding), when shard_count is above
+	// 0: the partitions' leaders deliver only the messages of its shards.
+	ShardBy       []string `protobuf:"bytes,12,rep,name=shard_by,json=shardBy,proto3" json:"shard_by,omitempty"`
+	ShardCount    int32    `protobuf:"varint,13,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
+	Shards        []int32  `protobuf:"varint,14,rep,packed,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -926,6 +939,27 @@ func (x *Subscribe) GetSubjects() string {
 		return x.Subjects
 	}
 	return ""
+}
+
+func (x *Subscribe) GetShardBy() []string {
+	if x != nil {
+		return x.ShardBy
+	}
+	return nil
+}
+
+func (x *Subscribe) GetShardCount() int32 {
+	if x != nil {
+		return x.ShardCount
+	}
+	return 0
+}
+
+func (x *Subscribe) GetShards() []int32 {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
 }
 
 type ConsumeUp struct {
@@ -2695,7 +2729,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xa8\x02\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\xfc\x02\n" +
 	"\tSubscribe\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x16\n" +
@@ -2710,7 +2744,11 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04node\x18\t \x01(\tR\x04node\x12\x14\n" +
 	"\x05start\x18\n" +
 	" \x01(\tR\x05start\x12\x1a\n" +
-	"\bsubjects\x18\v \x01(\tR\bsubjects\"]\n" +
+	"\bsubjects\x18\v \x01(\tR\bsubjects\x12\x19\n" +
+	"\bshard_by\x18\f \x03(\tR\ashardBy\x12\x1f\n" +
+	"\vshard_count\x18\r \x01(\x05R\n" +
+	"shardCount\x12\x16\n" +
+	"\x06shards\x18\x0e \x03(\x05R\x06shards\"]\n" +
 	"\tConsumeUp\x12:\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x1c.shardq.cluster.v1.SubscribeR\tsubscribe\x12\x14\n" +
 	"\x05grant\x18\x02 \x01(\x05R\x05grant\"\xbe\x01\n" +
@@ -2844,7 +2882,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05erase\x18\v \x01(\bR\x05eraseJ\x04\b\f\x10\r\"Z\n" +
 	"\tRaftEntry\x123\n" +
 	"\x06writes\x18\x02 \x03(\v2\x1b.shardq.cluster.v1.LogWriteR\x06writes\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04termJ\x04\b\x01\x10\x02*\xf2\x01\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04termJ\x04\b\x01\x10\x02*\x9b\x02\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tNOT_OWNED\x10\x01\x12\n" +
@@ -2865,7 +2903,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0eBAD_PARTITIONS\x10\v\x12\t\n" +
 	"\x05OTHER\x10\f\x12\x13\n" +
 	"\x0fUNKNOWN_OUTCOME\x10\r\x12\x13\n" +
-	"\x0fFILTER_MISMATCH\x10\x0e*j\n" +
+	"\x0fFILTER_MISMATCH\x10\x0e\x12\x15\n" +
+	"\x11SHARDING_MISMATCH\x10\x0f\x12\x10\n" +
+	"\fBAD_SHARDING\x10\x10*j\n" +
 	"\bSettleOp\x12\a\n" +
 	"\x03ACK\x10\x00\x12\b\n" +
 	"\x04NACK\x10\x01\x12\n" +
