@@ -10,7 +10,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # PLATFORMS are the GOOS/GOARCH pairs `make cross` builds, without cgo.
 PLATFORMS ?= linux/amd64 linux/arm64
 
-.PHONY: all build cross test chaos bench bench-compare fuzz lint verify clean proto
+.PHONY: all build cross test helm-check chaos bench bench-compare fuzz lint verify clean proto
 
 all: build
 
@@ -25,8 +25,16 @@ cross:
 		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $$out ./cmd/shardq; \
 	done
 
-test:
+test: helm-check
 	$(GO) test -race -timeout 20m ./...
+
+# helm-check lints and renders the Helm chart deploy/helm/shardq and checks
+# what it makes, without a Kubernetes cluster. deploy/helm is a module of
+# its own, so that shardq's go.mod does not carry Helm and the Kubernetes
+# libraries; nothing in it runs concurrently, hence no -race, which would
+# instrument all of them.
+helm-check:
+	cd deploy/helm && $(GO) test ./...
 
 # chaos runs the fault test TestNemesis for DURATION (default 60m): three
 # nodes and etcd in network namespaces (root, iproute2 and nftables) under
