@@ -159,6 +159,15 @@ func (h *accessHook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 				fmt.Sprintf("limits.max_connections (%d) reached", max))
 		}
 		tc.user = user
+		if t := b.tenants; t != nil {
+			tn := t.get(user)
+			if err := t.connect(tn); err != nil {
+				return refuse(cl, packets.ErrQuotaExceeded.Code, packets.Err3ServerUnavailable.Code, strings.TrimPrefix(err.Error(), "hooks: quota exceeded: "))
+			}
+			tc.tenant = tn
+			left := func() { t.disconnect(tn) }
+			tc.left.Store(&left)
+		}
 	}
 	cl.Properties.Username = []byte(user)
 	return nil
@@ -218,11 +227,16 @@ func publishAction(topic string) (auth.Action, string) {
 // permission.
 func (h *accessHook) admit(cl *mqtt.Client, queueName string) error {
 	pol := h.b.policy.Load()
-	if pol.acl.Empty() || pol.acl.Allowed(who(cl), auth.Produce, queueName, "") {
-		return nil
+	if !pol.acl.Empty() && !pol.acl.Allowed(who(cl), auth.Produce, queueName, "") {
+		h.b.sec.denied(auth.Produce)
+		return fmt.Errorf("%w: produce into %s", hooks.ErrNotAuthorized, queueName)
 	}
-	h.b.sec.denied(auth.Produce)
-	return fmt.Errorf("%w: produce into %s", hooks.ErrNotAuthorized, queueName)
+	if t := h.b.tenants; t != nil {
+		if tc := connOf(cl); tc != nil && tc.tenant != nil {
+			return t.publish(tc.tenant, queueName)
+		}
+	}
+	return nil
 }
 
 // OnACLCheck checks a publish to a plain topic (queue publishes are the

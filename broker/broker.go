@@ -58,6 +58,7 @@ type Broker struct {
 	shutdown  atomic.Bool
 	health    health
 	disk      *diskWatch     // storage.min_free_bytes (disk.go)
+	tenants   *tenants       // config tenants (tenants.go); nil without
 	node      *cluster.Node  // nil on a single node (cluster.go)
 	raftLog   *raftlog.Store // the raft logs of replicated partitions; nil on a single node
 	plain     *plainHook     // ordinary MQTT across nodes (plain.go); nil on a single node
@@ -152,7 +153,18 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 		"queues", len(b.manager.Queues())/2, "took", time.Since(start).Round(time.Millisecond))
 
 	b.server = newMQTTServer(log, cfg.EffectiveMaxPacketSize(), cfg.Protocol.MaxQueuedMessages)
-	b.queues = &limitedQueues{Manager: b.manager, svc: b.service(), cfg: cfg, sec: b.sec, admit: b.disk.admit}
+	if len(cfg.Tenants) > 0 {
+		b.tenants = newTenants(cfg, prometheus.Labels{"node": cfg.NodeID}, b.ownedQueues)
+		if cfg.Admin.Metrics {
+			for _, c := range b.tenants.collectors() {
+				if err := b.registry.Register(c); err != nil {
+					b.closeStorage(context.Background())
+					return nil, err
+				}
+			}
+		}
+	}
+	b.queues = &limitedQueues{Manager: b.manager, svc: b.service(), cfg: cfg, sec: b.sec, admit: b.disk.admit, tenants: b.tenants}
 	b.access = newAccessHook(b)
 	b.hook = hooks.New(hooks.Options{Queues: b.queues, Server: b.server, Logger: log,
 		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second), Admit: b.access.admit, OnPanic: b.writerPanicked})
@@ -298,6 +310,9 @@ func (b *Broker) Serve() error {
 	b.ready.Store(true)
 	go b.cutStuckWrites()
 	go b.sampleHistory()
+	if b.tenants != nil {
+		go b.every(time.Second, func(time.Time) { b.tenants.refresh() })
+	}
 	console := ""
 	if b.httpLn != nil {
 		scheme := "http"

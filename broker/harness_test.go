@@ -111,6 +111,8 @@ type connectOpts struct {
 	// will, when set, is the will's topic (QoS 1, retained, payload willMsg).
 	will, willMsg string
 	keepAlive     uint16 // default 30
+	// user, when set, connects as that user of writeUsers (its password).
+	user string
 }
 
 func dialRaw(t *testing.T, addr, id string, o connectOpts) *rawClient {
@@ -130,6 +132,9 @@ func dialRaw(t *testing.T, addr, id string, o connectOpts) *rawClient {
 	cc.KeepAlive = 30
 	if o.keepAlive > 0 {
 		cc.KeepAlive = o.keepAlive
+	}
+	if o.user != "" {
+		cc.UsernameFlag, cc.Username, cc.PasswordFlag, cc.Password = true, o.user, true, []byte(password(o.user))
 	}
 	if o.will != "" {
 		cc.WillFlag, cc.WillTopic, cc.WillMessage, cc.WillQOS, cc.WillRetain = true, o.will, []byte(o.willMsg), 1, true

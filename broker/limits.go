@@ -28,6 +28,9 @@ type limitedQueues struct {
 	// admit refuses publishes below storage.min_free_bytes (disk.go),
 	// before a queue is auto-created for them; nil: always admitted.
 	admit func(queue string) error
+	// tenants, when the config has any, limits what each tenant's
+	// clients create; nil: no tenant limits.
+	tenants *tenants
 	// create serialises the auto-creation of queues while a limit holds,
 	// so that concurrent publishes to new names cannot pass it together.
 	create sync.Mutex
@@ -85,14 +88,27 @@ func (l *limitedQueues) Create(ctx context.Context, name string) error {
 	return l.svc.Create(ctx, name)
 }
 
-// Settings refuses a queue the limit would not let be created, and
+// Settings refuses a queue a limit would not let be created, and
 // creates nothing.
 func (l *limitedQueues) Settings(ctx context.Context, name string) (queue.Options, error) {
 	if l.wouldExceed(name) {
 		l.sec.limit(limitMaxQueues)
 		return queue.Options{}, fmt.Errorf("%w: limits.max_queues (%d) reached; queue %q not created", hooks.ErrQuotaExceeded, l.cfg.Limits.MaxQueues, parentQueue(name))
 	}
+	if l.tenants != nil && l.creates(name) {
+		if err := l.tenants.create(ctx, parentQueue(name)); err != nil {
+			return queue.Options{}, err
+		}
+	}
 	return l.svc.Settings(ctx, name)
+}
+
+// creates reports whether a publish or subscription to name would
+// auto-create a queue.
+func (l *limitedQueues) creates(name string) bool {
+	parent := parentQueue(name)
+	_, declared := l.cfg.Queues.Declared[parent]
+	return l.cfg.Queues.AutoCreate && !declared && queue.ValidQueueName(parent) && l.Manager.Queue(parent) == nil
 }
 
 // Subscribe checks the queue limit, then subscribes.
@@ -118,21 +134,23 @@ func (l *limitedQueues) wouldExceed(name string) bool {
 // limit allows it; the manager decides everything else.
 func (l *limitedQueues) ensure(ctx context.Context, name string) error {
 	max := l.cfg.Limits.MaxQueues
-	if max <= 0 || !l.cfg.Queues.AutoCreate {
+	if max <= 0 && l.tenants == nil || !l.creates(name) {
 		return nil
 	}
 	parent := parentQueue(name)
-	if l.Manager.Queue(parent) != nil || !queue.ValidQueueName(parent) {
-		return nil
-	}
 	l.create.Lock()
 	defer l.create.Unlock()
 	if l.Manager.Queue(parent) != nil {
 		return nil
 	}
-	if n := l.count(); n >= max {
+	if n := l.count(); max > 0 && n >= max {
 		l.sec.limit(limitMaxQueues)
 		return fmt.Errorf("%w: limits.max_queues (%d) reached; queue %q not created", hooks.ErrQuotaExceeded, max, parent)
+	}
+	if l.tenants != nil {
+		if err := l.tenants.create(ctx, parent); err != nil {
+			return err
+		}
 	}
 	return l.svc.Create(ctx, parent)
 }

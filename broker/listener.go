@@ -80,6 +80,10 @@ type trackedConn struct {
 	// user is the client's authenticated username ("" anonymous), set in
 	// OnConnect before anything else runs for the client.
 	user string
+	// tenant is the client's tenant, set with user when the config has
+	// tenants; left, when set, runs once as the connection is released.
+	tenant *tenant
+	left   atomic.Pointer[func()]
 	// admitted: counted in l.admitted until released.
 	admitted atomic.Bool
 	// held: Close stops reading and release closes.
@@ -183,6 +187,9 @@ func (c *trackedConn) release() error {
 		c.l.mu.Unlock()
 		if c.admitted.Swap(false) {
 			c.l.admitted.Add(-1)
+		}
+		if left := c.left.Load(); left != nil {
+			(*left)()
 		}
 		err = c.Conn.Close()
 	})

@@ -73,7 +73,9 @@ type QueueInfo struct {
 	// Incarnation counts the times the queue was deleted and created
 	// again: its partitions' raft groups are named after it (groupName).
 	Incarnation uint64 `json:"incarnation,omitempty"`
-	created     int64  // the key's create revision: one per incarnation
+	// Owner is the tenant whose client created the queue (queue.Owner).
+	Owner   string `json:"owner,omitempty"`
+	created int64  // the key's create revision: one per incarnation
 }
 
 // Ownership records who owns a partition, under which epoch. Session is
@@ -582,7 +584,7 @@ func (n *Node) catalogQueue(ctx context.Context, name string, partitions int, de
 		if err != nil {
 			return 0, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
 		}
-		qi := QueueInfo{Partitions: partitions, Incarnation: inc}
+		qi := QueueInfo{Partitions: partitions, Incarnation: inc, Owner: queue.OwnerFrom(ctx)}
 		info, _ := json.Marshal(qi)
 		resp, err := n.etcd.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), cmp).

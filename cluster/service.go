@@ -309,6 +309,29 @@ func (n *Node) effectiveFactor(name string, rf int) int {
 	return DefaultReplicationFactor
 }
 
+// QueueOwner returns the tenant that created the queue, as the
+// cluster's catalog records it ("" when none did, or for a queue the
+// catalog does not hold).
+func (n *Node) QueueOwner(name string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.view.queues[name].Owner
+}
+
+// QueueOwners returns the owner of every queue of the catalog that has
+// one (QueueOwner).
+func (n *Node) QueueOwners() map[string]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[string]string{}
+	for name, qi := range n.view.queues {
+		if qi.Owner != "" {
+			out[name] = qi.Owner
+		}
+	}
+	return out
+}
+
 // DeclareQueue declares a queue's settings for the whole cluster (the
 // admin API): recorded in the catalog, applied here at once and by every
 // node as it sees the change. A partition count that differs from the
@@ -341,7 +364,7 @@ func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (
 		} else {
 			var have QueueInfo
 			_ = json.Unmarshal(resp.Kvs[0].Value, &have)
-			qi.Incarnation = have.Incarnation
+			qi.Incarnation, qi.Owner = have.Incarnation, have.Owner
 			if have.Partitions != o.Partitions {
 				return nil, false, fmt.Errorf("%w: queue %q has %d partitions in the cluster, asked for %d",
 					queue.ErrPartitionsChanged, name, have.Partitions, o.Partitions)

@@ -35,6 +35,9 @@ type Config struct {
 	Auth     Auth     // auth
 	Limits   Limits   // limits
 	Cluster  Cluster  // cluster
+	// Tenants is tenants: limits per tenant by username, and default for
+	// the others (Tenant); empty: no tenant limits.
+	Tenants map[string]Tenant
 
 	// LogLevel is log_level: debug, info (the default), warn or error.
 	LogLevel slog.Level

@@ -160,6 +160,7 @@ func (c *Config) validateSecurity(fail func(path, reason string, err error)) {
 	}
 
 	// Limits.
+	c.validateTenants(fail)
 	if n := c.Limits.MaxQueues; n < 0 {
 		fail("limits.max_queues", fmt.Sprintf("must be 0 (no limit) or more, got %d", n), nil)
 	}

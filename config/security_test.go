@@ -129,6 +129,13 @@ auth:
       pattern: orders
       group: billing
       permission: allow
+tenants:
+  alice:
+    publish_rate: 100
+    max_connections: 20
+  default:
+    publish_rate: 1000
+    max_queues: 5
 limits:
   max_queues: 50
   max_connections: 7
@@ -152,6 +159,12 @@ queues:
 	}
 	if c.Limits != (Limits{MaxQueues: 50, MaxConnections: 7}) || c.EffectiveMaxPacketSize() != 4096 {
 		t.Errorf("limits = %+v, max packet size %d", c.Limits, c.EffectiveMaxPacketSize())
+	}
+	if c.Tenants["alice"] != (Tenant{PublishRate: 100, MaxQueues: 5, MaxConnections: 20}) || c.Tenants[DefaultTenant] != (Tenant{PublishRate: 1000, MaxQueues: 5}) {
+		t.Errorf("tenants = %+v: alice takes default's max_queues and sets the rest", c.Tenants)
+	}
+	if lim, ok := c.TenantLimits("bob"); !ok || lim != c.Tenants[DefaultTenant] {
+		t.Errorf("bob, not named, gets %+v, %v: want default's", lim, ok)
 	}
 	for q, want := range map[string]time.Duration{"orders": 10 * time.Minute, "jobs": time.Hour, "auto": time.Hour} {
 		if got := c.QueueMaxDelay(q); got != want {
@@ -218,6 +231,14 @@ func TestConfigAuthErrors(t *testing.T) {
 		{name: "limits",
 			file: "limits:\n  max_queues: -1\n  max_connections: -5\nmqtt:\n  max_packet_size: 10\n",
 			want: []string{"shardq.yaml:2: limits.max_queues: must be 0 (no limit) or more", "shardq.yaml:3: limits.max_connections:", "shardq.yaml:5: mqtt.max_packet_size: must be 0"}},
+		{name: "tenants",
+			file: "tenants:\n  default:\n    publish_rate: -1\n  \"a:b\":\n    max_queues: 1\n  alice:\n    max_bytes: -3\n    max_qeues: 2\n",
+			want: []string{
+				"shardq.yaml:3: tenants.default.publish_rate: must be 0 (no limit) or more",
+				"shardq.yaml:4: tenants.a:b: is not a username",
+				"shardq.yaml:7: tenants.alice.max_bytes: must be 0 (no limit) or more",
+				"shardq.yaml:8: tenants.alice.max_qeues: unknown setting",
+			}},
 		{name: "max_delay past max_age",
 			file: "queues:\n  defaults:\n    max_delay: 200h\n  declared:\n    orders:\n      max_delay: 2h\n      max_age: 1h\n    jobs:\n      max_delay: -1s\n",
 			want: []string{

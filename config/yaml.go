@@ -153,6 +153,7 @@ func (d *decoder) top() []field {
 			{key: "acl", decode: d.acl, list: true, sub: d.tagged(&auth.Rule{})},
 		}),
 		d.sec("limits", d.tagged(&c.Limits)),
+		{key: "tenants", decode: d.tenants, named: true, sub: d.tagged(&Tenant{})},
 		d.sec("cluster", []field{
 			d.sec("etcd", d.tagged(&c.Cluster.Etcd)),
 			d.sec("tls", d.tagged(&c.Cluster.TLS)),

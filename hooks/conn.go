@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"context"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -18,6 +19,9 @@ type conn struct {
 	h  *Hook
 	cl *mqtt.Client
 	v5 bool
+	// ctx is the hook's, saying that the queues the client creates are
+	// its user's (queue.WithOwner).
+	ctx context.Context
 
 	// credit is the MQTT 5 client's Receive Maximum, shared by all its
 	// queue subscriptions; nil for MQTT 3.1.1.
@@ -82,6 +86,7 @@ func newConn(h *Hook, cl *mqtt.Client) *conn {
 		credit = queue.NewCredit(rm)
 	}
 	return &conn{
+		ctx:         queue.WithOwner(h.ctx, string(cl.Properties.Username)),
 		credit:      credit,
 		h:           h,
 		cl:          cl,

@@ -67,7 +67,7 @@ func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 		f, err := queue.ParseFilter(sub.Filter)
 		var qo queue.Options
 		if err == nil {
-			qo, err = h.m.Settings(h.ctx, f.Queue)
+			qo, err = h.m.Settings(h.connFor(cl).ctx, f.Queue)
 		}
 		if err == nil && sub.Qos == 0 && qo.QoS0 == queue.QoS0Refuse {
 			err = fmt.Errorf("queue %s takes QoS 1 subscriptions only (qos0: refuse)", f.Queue)
@@ -75,7 +75,7 @@ func (h *Hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 		if err == nil {
 			var o subOptions
 			if o, err = subscriptionOptions(f, sub, pk.Properties.User, qo.Partitions); err == nil {
-				err = h.m.CheckSubscription(h.ctx, o.filter, o.ConsumerOptions)
+				err = h.m.CheckSubscription(h.connFor(cl).ctx, o.filter, o.ConsumerOptions)
 			}
 			if err == nil && sub.Qos == 0 {
 				h.warnQoS0(cl, f.Queue, o.filter.Group)
@@ -296,7 +296,8 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 	if err != nil {
 		return nil
 	}
-	qo, err := h.m.Settings(h.ctx, f.Queue)
+	c := h.connFor(cl)
+	qo, err := h.m.Settings(c.ctx, f.Queue)
 	if err != nil {
 		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
 		return nil
@@ -308,7 +309,6 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 	if rm := int(cl.Properties.Props.ReceiveMaximum); cl.Properties.ProtocolVersion == 5 && rm > 0 && (o.Prefetch == 0 || rm < o.Prefetch) {
 		o.Prefetch = rm
 	}
-	c := h.connFor(cl)
 	o.Credit = c.credit
 	prefetch := qo.Prefetch
 	if o.Prefetch > 0 && o.Prefetch < prefetch {
@@ -329,7 +329,7 @@ func (h *Hook) subscribe(cl *mqtt.Client, sub packets.Subscription, props []pack
 	c.mu.Lock()
 	c.subs[sub.Filter] = s
 	c.mu.Unlock()
-	cons, err := h.m.Subscribe(h.ctx, o.filter, s, o.ConsumerOptions)
+	cons, err := h.m.Subscribe(c.ctx, o.filter, s, o.ConsumerOptions)
 	if err != nil {
 		h.log.Warn("queue subscription failed", "client", cl.ID, "filter", sub.Filter, "err", err)
 		return nil

@@ -51,7 +51,7 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		case <-c.done:
 			return pk, packets.ErrRejectPacket
 		}
-		h.m.Publish(h.ctx, t.Queue, msg, func(error) { <-c.window })
+		h.m.Publish(c.ctx, t.Queue, msg, func(error) { <-c.window })
 	case 1:
 		c := h.connFor(cl)
 		select {
@@ -63,10 +63,10 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		c.mu.Lock()
 		c.acks = append(c.acks, s)
 		c.mu.Unlock()
-		h.m.Publish(h.ctx, t.Queue, msg, func(err error) { c.finishAck(s, err) })
+		h.m.Publish(c.ctx, t.Queue, msg, func(err error) { c.finishAck(s, err) })
 	default:
 		done := make(chan error, 1)
-		h.m.Publish(h.ctx, t.Queue, msg, func(err error) { done <- err })
+		h.m.Publish(h.connFor(cl).ctx, t.Queue, msg, func(err error) { done <- err })
 		if err := <-done; err != nil {
 			return h.refuse(cl, pk, err)
 		}

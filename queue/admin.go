@@ -688,7 +688,7 @@ func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, 
 	m.admin.Lock()
 	defer m.admin.Unlock()
 	q, created, err := m.create(ctx, name, func(ctx context.Context) error {
-		return m.persistDeclared(ctx, name, o, true)
+		return m.persistDeclared(ctx, name, o, OwnerFrom(ctx), true)
 	}, o)
 	if err != nil {
 		return nil, false, err
@@ -700,7 +700,7 @@ func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, 
 	if n := len(q.parts); n != o.Partitions {
 		return nil, false, fmt.Errorf("%w: queue %q has %d partitions, asked for %d", ErrPartitionsChanged, name, n, o.Partitions)
 	}
-	if err := m.persistDeclared(ctx, name, o, false); err != nil {
+	if err := m.persistDeclared(ctx, name, o, q.owner, false); err != nil {
 		return nil, false, err
 	}
 	q.setOptions(o)
@@ -712,9 +712,9 @@ func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, 
 
 // persistDeclared durably records the queue's declared settings (and, for
 // a new queue, its dead-letter queue).
-func (m *Manager) persistDeclared(ctx context.Context, name string, o Options, withDLQ bool) error {
+func (m *Manager) persistDeclared(ctx context.Context, name string, o Options, owner string, withDLQ bool) error {
 	decl := o
-	metas := []QueueMeta{{Name: name, Partitions: o.Partitions, Declared: &decl}}
+	metas := []QueueMeta{{Name: name, Partitions: o.Partitions, Declared: &decl, Owner: owner}}
 	if withDLQ {
 		metas = append(metas, QueueMeta{Name: DLQName(name), Partitions: o.Partitions})
 	}

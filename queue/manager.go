@@ -186,6 +186,7 @@ func (m *Manager) recover() error {
 		}
 		opts.Partitions = meta.Partitions
 		q := m.build(meta.Name, opts)
+		q.owner = meta.Owner
 		if err := m.acquireAll(q); err != nil {
 			return err
 		}
@@ -320,6 +321,7 @@ func (m *Manager) create(ctx context.Context, name string, persist func(context.
 		return nil, false, err
 	}
 	q = m.build(name, opts)
+	q.owner = OwnerFrom(ctx)
 	if err := m.acquireAll(q); err != nil {
 		return nil, false, err
 	}
@@ -330,7 +332,7 @@ func (m *Manager) create(ctx context.Context, name string, persist func(context.
 // persistMeta durably records a queue and its dead-letter queue before
 // anything is appended to them.
 func (m *Manager) persistMeta(ctx context.Context, name string, partitions int) error {
-	return m.logs.SaveQueues(ctx, []QueueMeta{{Name: name, Partitions: partitions}, {Name: DLQName(name), Partitions: partitions}})
+	return m.logs.SaveQueues(ctx, []QueueMeta{{Name: name, Partitions: partitions, Owner: OwnerFrom(ctx)}, {Name: DLQName(name), Partitions: partitions}})
 }
 
 // Publish appends msg to the named queue (see Queue.Publish).

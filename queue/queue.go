@@ -18,6 +18,7 @@ import (
 type Queue struct {
 	m     *Manager
 	name  string
+	owner string // see Owner; set when built
 	parts []*partition
 	// dlq is the queue's dead-letter queue; nil for a dead-letter queue.
 	dlq *Queue

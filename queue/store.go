@@ -141,6 +141,8 @@ type QueueMeta struct {
 	// Declared holds settings set at run time; nil when the queue follows
 	// the config file.
 	Declared *Options
+	// Owner is the tenant that created the queue (Queue.Owner).
+	Owner string
 }
 
 // GroupState is a group's persisted state on one partition.

@@ -98,7 +98,7 @@ func TestRecordCorrupt(t *testing.T) {
 func TestRecordQueueMeta(t *testing.T) {
 	o := queue.DefaultOptions()
 	o.Partitions = 12
-	for _, m := range []queue.QueueMeta{{Name: "a/$dlq", Partitions: 1}, {Name: "b", Partitions: 12, Declared: &o}} {
+	for _, m := range []queue.QueueMeta{{Name: "a/$dlq", Partitions: 1}, {Name: "b", Partitions: 12, Declared: &o, Owner: "alice"}} {
 		b, err := EncodeQueueMeta(m)
 		if err != nil {
 			t.Fatal(err)
