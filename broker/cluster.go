@@ -45,7 +45,7 @@ func (b *Broker) newClusterNode(cfg *config.Config) (*cluster.Node, error) {
 	}
 	if len(c.Placement) > 0 {
 		for i, r := range c.Placement {
-			o.PlacementRules = append(o.PlacementRules, cluster.PlacementRule{Name: fmt.Sprintf("cluster.placement[%d] (%s)", i, r.Queues), Queues: r.Queues, Nodes: r.Nodes})
+			o.PlacementRules = append(o.PlacementRules, cluster.PlacementRule{Name: fmt.Sprintf("cluster.placement[%d] (%s)", i, cluster.PlacementRule{Queues: r.Queues, Tenants: r.Tenants}.What()), Queues: r.Queues, Tenants: r.Tenants, Nodes: r.Nodes})
 		}
 	}
 	b.plain = newPlainHook(b) // ordinary MQTT across nodes (plain.go)

@@ -86,15 +86,18 @@ type PlacementView struct {
 
 // PlacementRuleView is one placement rule.
 type PlacementRuleView struct {
-	Queues string   `json:"queues"`
-	Nodes  []string `json:"nodes"`
+	// Queues is a glob of queue names; or Tenants names the tenants whose
+	// queues the rule places.
+	Queues  string   `json:"queues,omitempty" yaml:"queues"`
+	Tenants []string `json:"tenants,omitempty" yaml:"tenants"`
+	Nodes   []string `json:"nodes" yaml:"nodes"`
 }
 
 func (a *adminAPI) placement(w http.ResponseWriter, r *http.Request) {
 	v := PlacementView{Rules: []PlacementRuleView{}}
 	if a.b.node != nil {
 		for _, rule := range a.b.node.Placement() {
-			v.Rules = append(v.Rules, PlacementRuleView{Queues: rule.Queues, Nodes: rule.Nodes})
+			v.Rules = append(v.Rules, PlacementRuleView{Queues: rule.Queues, Tenants: rule.Tenants, Nodes: rule.Nodes})
 		}
 	}
 	a.reply(w, http.StatusOK, v)
@@ -108,7 +111,7 @@ func (a *adminAPI) setPlacement(w http.ResponseWriter, r *http.Request) {
 	}
 	rules := make([]cluster.PlacementRule, 0, len(v.Rules))
 	for i, rule := range v.Rules {
-		rules = append(rules, cluster.PlacementRule{Name: fmt.Sprintf("rules[%d] (%s)", i, rule.Queues), Queues: rule.Queues, Nodes: rule.Nodes})
+		rules = append(rules, cluster.PlacementRule{Name: fmt.Sprintf("rules[%d] (%s)", i, cluster.PlacementRule{Queues: rule.Queues, Tenants: rule.Tenants}.What()), Queues: rule.Queues, Tenants: rule.Tenants, Nodes: rule.Nodes})
 	}
 	if err := a.b.node.SetPlacement(r.Context(), rules); err != nil {
 		a.failCluster(w, r, err)

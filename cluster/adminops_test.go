@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/shardq/shardq/auth"
 	"github.com/shardq/shardq/queue"
 )
 
@@ -422,4 +426,93 @@ func TestSubjectFilterAcrossNodes(t *testing.T) {
 	if n := len(shards["02"].received()) + len(shards["1"].received()); n != 12 {
 		t.Fatalf("the sharded consumers got %d messages, want 12, each once", n)
 	}
+}
+
+// tenantsConfig: queues of one replica, tenants alice and bob, alice
+// limited to one queue.
+const tenantsConfig = `queues:
+  defaults:
+    partitions: 2
+    replication_factor: 1
+tenants:
+  alice:
+    max_queues: 1
+auth:
+  users_file: %s
+`
+
+// TestTenantsAcrossNodes (SPEC 12, tenants in a cluster): placement rules
+// by tenant put each tenant's queues on its nodes, whichever node its
+// client created them through; a tenant's max_queues counts its queues
+// over the cluster, so a second queue made through another node is
+// refused with 0x97.
+func TestTenantsAcrossNodes(t *testing.T) {
+	dir := t.TempDir()
+	var users strings.Builder
+	for _, u := range []string{"alice", "bob"} {
+		h, err := auth.HashPassword(u+"-pw", auth.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users.WriteString(auth.Line(u, h) + "\n")
+	}
+	usersFile := filepath.Join(dir, "users")
+	if err := os.WriteFile(usersFile, []byte(users.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, "--config", configFile(t, fmt.Sprintf(tenantsConfig, usersFile)))
+	for _, id := range []string{"a", "b", "c"} {
+		c.start(id)
+	}
+	c.admin("a", http.MethodPut, "/api/v1/cluster/placement", `{"rules":[{"tenants":["alice"],"nodes":["a"]},{"tenants":["bob"],"nodes":["b"]}]}`)
+	alice := dialUser(t, c.nodes["c"].mqtt, "alice-1", "alice")
+	bob := dialUser(t, c.nodes["c"].mqtt, "bob-1", "bob")
+	for _, p := range []struct {
+		cl    *client
+		queue string
+	}{{alice, "alice-q"}, {bob, "bob-q"}} {
+		if code, err := p.cl.publish("$queue/"+p.queue, "k", []byte("x")); err != nil || code != 0 {
+			t.Fatalf("publish to %s: %#x %v", p.queue, code, err)
+		}
+	}
+	for queue, node := range map[string]string{"alice-q": "a", "bob-q": "b"} {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			owners := c.owners(queue)
+			placed := len(owners) == 2
+			for _, o := range owners {
+				placed = placed && o.Owner == node && (len(o.Replicas) == 0 || slices.Equal(o.Replicas, []string{node}))
+			}
+			if placed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's partitions are on %+v, not on %s alone", queue, owners, node)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	other := dialUser(t, c.nodes["b"].mqtt, "alice-2", "alice")
+	if code, err := other.publish("$queue/alice-more", "k", []byte("x")); err != nil || code != 0x97 {
+		t.Fatalf("alice's second queue, through another node: %#x %v, want 0x97", code, err)
+	}
+}
+
+// dialUser connects a client as user (password user-pw).
+func dialUser(t *testing.T, addr, id, user string) *client {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &client{t: t, wake: make(chan struct{}, 1)}
+	cl.c = paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: id})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cl.c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30,
+		UsernameFlag: true, Username: user, PasswordFlag: true, Password: []byte(user + "-pw")}); err != nil {
+		t.Fatalf("connect %s to %s: %v", id, addr, err)
+	}
+	t.Cleanup(func() { _ = cl.c.Disconnect(&paho.Disconnect{}) })
+	return cl
 }

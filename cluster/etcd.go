@@ -670,9 +670,29 @@ func (n *Node) checkPlacement(ctx context.Context) error {
 // nodes: the first rule that matches a queue gives the nodes that may own
 // its partitions.
 type PlacementRule struct {
-	Name   string   `json:"name"` // how the config names the rule, e.g. cluster.placement[1]
-	Queues string   `json:"queues"`
-	Nodes  []string `json:"nodes"`
+	Name   string `json:"name"` // how the config names the rule, e.g. cluster.placement[1]
+	Queues string `json:"queues,omitempty"`
+	// Tenants, instead of Queues, places the queues these tenants created
+	// (QueueInfo.Owner).
+	Tenants []string `json:"tenants,omitempty"`
+	Nodes   []string `json:"nodes"`
+}
+
+// matches reports whether the rule places queue name, created by owner.
+func (r PlacementRule) matches(name, owner string) bool {
+	if len(r.Tenants) > 0 {
+		return owner != "" && slices.Contains(r.Tenants, owner)
+	}
+	ok, _ := path.Match(r.Queues, name)
+	return ok
+}
+
+// What names what the rule places, for messages.
+func (r PlacementRule) What() string {
+	if len(r.Tenants) > 0 {
+		return "tenants " + strings.Join(r.Tenants, ",")
+	}
+	return r.Queues
 }
 
 // publishPlacement seeds the cluster's placement with this node's rules
@@ -706,7 +726,9 @@ func (n *Node) publishPlacement(ctx context.Context) error {
 }
 
 func samePlacement(a, b []PlacementRule) bool {
-	return slices.EqualFunc(a, b, func(x, y PlacementRule) bool { return x.Queues == y.Queues && slices.Equal(x.Nodes, y.Nodes) })
+	return slices.EqualFunc(a, b, func(x, y PlacementRule) bool {
+		return x.Queues == y.Queues && slices.Equal(x.Tenants, y.Tenants) && slices.Equal(x.Nodes, y.Nodes)
+	})
 }
 
 func placementString(rules []PlacementRule) string {
@@ -715,7 +737,7 @@ func placementString(rules []PlacementRule) string {
 	}
 	parts := make([]string, len(rules))
 	for i, r := range rules {
-		parts[i] = r.Queues + "=" + strings.Join(r.Nodes, ",")
+		parts[i] = r.What() + "=" + strings.Join(r.Nodes, ",")
 	}
 	return strings.Join(parts, " ")
 }
@@ -743,8 +765,17 @@ func (n *Node) SetPlacement(ctx context.Context, rules []PlacementRule) error {
 		if r.Name == "" {
 			r.Name = fmt.Sprintf("rule %d", i+1)
 		}
-		if _, err := path.Match(r.Queues, ""); err != nil || r.Queues == "" {
-			return fmt.Errorf("%w: %s: queues pattern %q is not a valid glob (for example orders-*)", ErrBadPlacement, r.Name, r.Queues)
+		switch {
+		case len(r.Tenants) > 0 && r.Queues != "":
+			return fmt.Errorf("%w: %s names queues and tenants: a rule names one or the other", ErrBadPlacement, r.Name)
+		case len(r.Tenants) > 0:
+			if slices.Contains(r.Tenants, "") {
+				return fmt.Errorf("%w: %s names an empty tenant", ErrBadPlacement, r.Name)
+			}
+		default:
+			if _, err := path.Match(r.Queues, ""); err != nil || r.Queues == "" {
+				return fmt.Errorf("%w: %s: queues pattern %q is not a valid glob (for example orders-*), and it names no tenants", ErrBadPlacement, r.Name, r.Queues)
+			}
 		}
 		if len(r.Nodes) == 0 {
 			return fmt.Errorf("%w: %s names no node", ErrBadPlacement, r.Name)
@@ -757,10 +788,14 @@ func (n *Node) SetPlacement(ctx context.Context, rules []PlacementRule) error {
 	}
 	n.mu.Lock()
 	names := slices.Sorted(maps.Keys(n.view.queues))
+	owners := map[string]string{}
+	for name, qi := range n.view.queues {
+		owners[name] = qi.Owner
+	}
 	n.mu.Unlock()
 	for _, name := range names {
 		for _, r := range rules {
-			if ok, _ := path.Match(r.Queues, name); ok {
+			if r.matches(name, owners[name]) {
 				if rf := min(n.replicationFactor(name), len(known)); rf > len(r.Nodes) {
 					return fmt.Errorf("%w: %s gives queue %q %d node(s), fewer than its replication factor %d: name at least %d",
 						ErrBadPlacement, r.Name, name, len(r.Nodes), rf, rf)

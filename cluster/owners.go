@@ -6,7 +6,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"maps"
-	"path"
+
 	"slices"
 	"strings"
 	"time"
@@ -79,8 +79,9 @@ func (v *view) allDrained(allowed []string) bool {
 func (n *Node) allowed(queueName string) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	owner := n.view.queues[queueName].Owner
 	for _, r := range n.view.placement {
-		if ok, _ := path.Match(r.Queues, queueName); ok {
+		if r.matches(queueName, owner) {
 			return r.Nodes
 		}
 	}

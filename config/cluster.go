@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/shardq/shardq/auth"
 )
 
 // PlacementFor returns the ids of the nodes that may own the partitions of
@@ -15,7 +17,7 @@ import (
 // matches it, or nil when none does (any node may).
 func (c *Config) PlacementFor(queue string) []string {
 	for _, r := range c.Cluster.Placement {
-		if ok, _ := path.Match(r.Queues, queue); ok {
+		if ok, _ := path.Match(r.Queues, queue); ok && r.Queues != "" {
 			return r.Nodes
 		}
 	}
@@ -100,9 +102,19 @@ func (c *Config) validateCluster(fail func(path, reason string, err error)) {
 
 	for i, r := range cl.Placement {
 		rpath := fmt.Sprintf("cluster.placement[%d]", i)
-		if r.Queues == "" {
-			fail(rpath+".queues", "must be a pattern of queue names (path.Match), such as orders-*", nil)
-		} else if _, err := path.Match(r.Queues, ""); err != nil {
+		switch {
+		case r.Queues != "" && len(r.Tenants) > 0:
+			fail(rpath+".tenants", "a rule names queues or tenants, not both: split it in two", nil)
+		case len(r.Tenants) > 0:
+			for _, name := range r.Tenants {
+				if err := auth.ValidUsername(name); err != nil {
+					fail(rpath+".tenants", fmt.Sprintf("must be usernames: %v", err), nil)
+				}
+			}
+		case r.Queues == "":
+			fail(rpath+".queues", "must be a pattern of queue names (path.Match), such as orders-*, or give tenants instead", nil)
+		}
+		if _, err := path.Match(r.Queues, ""); err != nil {
 			fail(rpath+".queues", fmt.Sprintf("must be a pattern of queue names (path.Match), got %q", r.Queues), err)
 		}
 		if len(r.Nodes) == 0 {

@@ -122,8 +122,11 @@ type Etcd struct {
 
 // Placement is one rule of cluster.placement.
 type Placement struct {
-	// Queues is a glob pattern (path.Match) of queue names.
-	Queues string `yaml:"queues"`
+	// Queues is a glob pattern (path.Match) of queue names; or Tenants
+	// names the tenants (usernames) whose queues the rule places (a
+	// queue belongs to the tenant that created it).
+	Queues  string   `yaml:"queues"`
+	Tenants []string `yaml:"tenants"`
 	// Nodes are the ids of the nodes that may own the queues' partitions.
 	Nodes []string `yaml:"nodes"`
 }

@@ -890,7 +890,7 @@ func TestConfigClusterErrors(t *testing.T) {
 			want: []string{"shardq.yaml:4: cluster.placement: must be a list of rules"}},
 		{name: "unknown placement key",
 			file: etcd + "  placement:\n    - {queues: a, node: [b]}\n",
-			want: []string{"shardq.yaml:5: cluster.placement[0].node: unknown setting (known here: queues, nodes)"}},
+			want: []string{"shardq.yaml:5: cluster.placement[0].node: unknown setting (known here: queues, tenants, nodes)"}},
 		{name: "placement nodes not a list",
 			file: etcd + "  placement:\n    - {queues: a, nodes: b}\n",
 			want: []string{"shardq.yaml:5: cluster.placement[0].nodes: must be a list of strings"}},

@@ -372,8 +372,8 @@ func readPlacementFile(name string) ([]broker.PlacementRuleView, error) {
 		rules = doc.Cluster.Placement
 	}
 	for i, r := range rules {
-		if r.Queues == "" || len(r.Nodes) == 0 {
-			return nil, usageErr{fmt.Sprintf("%s: rule %d needs queues and nodes, like queues: \"orders-*\" and nodes: [a, b]", name, i+1)}
+		if r.Queues == "" && len(r.Tenants) == 0 || len(r.Nodes) == 0 {
+			return nil, usageErr{fmt.Sprintf("%s: rule %d needs queues (or tenants) and nodes, like queues: \"orders-*\" and nodes: [a, b]", name, i+1)}
 		}
 	}
 	if len(rules) == 0 {

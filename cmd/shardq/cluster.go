@@ -80,7 +80,11 @@ func printPlacement(w io.Writer, v broker.PlacementView) {
 	t := table(w)
 	fmt.Fprintln(t, "RULE\tQUEUES\tNODES")
 	for i, r := range v.Rules {
-		fmt.Fprintf(t, "%d\t%s\t%s\n", i+1, r.Queues, strings.Join(r.Nodes, ","))
+		what := r.Queues
+		if len(r.Tenants) > 0 {
+			what = "tenants " + strings.Join(r.Tenants, ",")
+		}
+		fmt.Fprintf(t, "%d\t%s\t%s\n", i+1, what, strings.Join(r.Nodes, ","))
 	}
 	t.Flush()
 	fmt.Fprintln(w, "\nthe first rule that matches a queue's name decides; a queue no rule matches lives on any node")

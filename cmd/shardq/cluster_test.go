@@ -351,7 +351,7 @@ func TestClusterCommandsOneNodeCluster(t *testing.T) {
 		if err := os.WriteFile(file, []byte("- queues: x\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		fails(t, 2, "rule 1 needs queues and nodes", append([]string{"cluster", "placement", "set", file}, flags...)...)
+		fails(t, 2, "rule 1 needs queues (or tenants) and nodes", append([]string{"cluster", "placement", "set", file}, flags...)...)
 
 		out = must(t, append([]string{"cluster", "placement", "clear"}, flags...)...)
 		if !strings.HasPrefix(out, "placement rules cleared: every queue on every node") {
