@@ -133,7 +133,11 @@ func (c *Config) validateCluster(fail func(path, reason string, err error)) {
 	// A replication factor that the placement of a queue cannot hold.
 	for i, r := range cl.Placement {
 		if rf := c.Queues.Defaults.ReplicationFactor; rf > len(r.Nodes) {
-			fail("queues.defaults.replication_factor", fmt.Sprintf("is %d, more than the %d nodes cluster.placement[%d] (%s) allows its queues", rf, len(r.Nodes), i, r.Queues), nil)
+			what := r.Queues
+			if len(r.Tenants) > 0 {
+				what = "tenants " + strings.Join(r.Tenants, ",")
+			}
+			fail("queues.defaults.replication_factor", fmt.Sprintf("is %d, more than the %d nodes cluster.placement[%d] (%s) allows its queues", rf, len(r.Nodes), i, what), nil)
 		}
 	}
 	for name, o := range c.Queues.Declared {
