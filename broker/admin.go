@@ -742,7 +742,7 @@ func statusOf(err error) int {
 	case errors.Is(err, queue.ErrBadMessageID), errors.Is(err, queue.ErrInvalidName),
 		errors.Is(err, queue.ErrBadPartitions), errors.Is(err, queue.ErrBadSeek), errors.As(err, &fe):
 		return http.StatusBadRequest
-	case errors.Is(err, queue.ErrPartitionsChanged), errors.Is(err, queue.ErrGroupActive), errors.Is(err, cluster.ErrReplicationChange):
+	case errors.Is(err, queue.ErrPartitionsChanged), errors.Is(err, queue.ErrGrowInCluster), errors.Is(err, queue.ErrGroupActive), errors.Is(err, cluster.ErrReplicationChange):
 		return http.StatusConflict
 	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrStorageFull), errors.Is(err, queue.ErrClosed), errors.Is(err, queue.ErrNotOwned),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

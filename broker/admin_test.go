@@ -436,8 +436,8 @@ func TestAdminDeclareQueue(t *testing.T) {
 		t.Fatalf("publish to the declared queue: %#x", rc)
 	}
 
-	// Changes: partitions refused, the rest applied and kept.
-	refused(t, b, "PUT", put, adminToken, `{"partitions": 4}`, http.StatusConflict, "partition")
+	// Changes: fewer partitions refused, the rest applied and kept.
+	refused(t, b, "PUT", put, adminToken, `{"partitions": 2}`, http.StatusConflict, "can grow, not shrink")
 	v = get[broker.QueueView](t, b, "PUT", put, adminToken, `{"max_deliveries": 2, "prefetch": 10}`, http.StatusOK)
 	if v.Settings.MaxDeliveries != 2 || v.Settings.Prefetch != 10 || v.Settings.AckTimeout != broker.Duration(2*time.Second) {
 		t.Fatalf("changed: %+v", v.Settings)

@@ -365,9 +365,13 @@ func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (
 			var have QueueInfo
 			_ = json.Unmarshal(resp.Kvs[0].Value, &have)
 			qi.Incarnation, qi.Owner = have.Incarnation, have.Owner
-			if have.Partitions != o.Partitions {
-				return nil, false, fmt.Errorf("%w: queue %q has %d partitions in the cluster, asked for %d",
+			if have.Partitions > o.Partitions {
+				return nil, false, fmt.Errorf("%w: queue %q has %d partitions in the cluster, asked for %d: a queue's partitions can grow, not shrink",
 					queue.ErrPartitionsChanged, name, have.Partitions, o.Partitions)
+			}
+			if have.Partitions < o.Partitions {
+				return nil, false, fmt.Errorf("%w: queue %q has %d partitions, asked for %d; a queue of a cluster keeps its count for now: declare a new queue with more and move its producers and consumers to it",
+					queue.ErrGrowInCluster, name, have.Partitions, o.Partitions)
 			}
 			if was, will := n.replicationFactor(name), n.effectiveFactor(name, o.ReplicationFactor); (was == 1) != (will == 1) {
 				return nil, false, fmt.Errorf("%w: queue %q has %d replicas per partition, asked for %d: a queue keeps one replica or several for its life; declare a new queue and move its consumers to it",

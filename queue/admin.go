@@ -56,7 +56,7 @@ func (q *Queue) Purge(ctx context.Context) (Purged, error) {
 	}
 	b := new(Batch)
 	res := Purged{Partitions: []int{}}
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		if p.servingLocked() != nil {
 			continue
 		}
@@ -138,6 +138,7 @@ func (c *cursor) purgeLocked(b *Batch, k *kicks) {
 		c.savedFloor = c.floor
 	}
 	c.next = max(c.next, to)
+	c.floorSeen.Store(c.floor)
 	c.ready, c.pinned = nil, nil
 	c.aside, c.asideN = nil, 0
 	clear(c.keys)
@@ -310,7 +311,7 @@ func (q *Queue) served() []int {
 	q.lockAll()
 	defer q.unlockAll()
 	out := []int{}
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		if p.servingLocked() == nil {
 			out = append(out, p.index)
 		}
@@ -325,7 +326,7 @@ func (q *Queue) replayAll(ctx context.Context, parts []int) ([]Replayed, error) 
 	dlq := q.dlq
 	var done []Replayed
 	for _, pi := range parts {
-		p := dlq.parts[pi]
+		p := dlq.partitions()[pi]
 		p.mu.Lock()
 		from, to := p.first, p.committed
 		p.mu.Unlock()
@@ -368,7 +369,7 @@ type deadLetter struct {
 // off of partition pi unsettled by at least one group (any message it
 // holds, when it has no group). Partition pi's lock must be held.
 func (q *Queue) pendingLocked(pi int, off uint64) bool {
-	p := q.parts[pi]
+	p := q.partitions()[pi]
 	if off < p.first || off >= p.committed {
 		return false
 	}
@@ -399,8 +400,8 @@ func (q *Queue) pendingByID(ids []string, served []int) ([]deadLetter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %q (want {partition}-{offset})", ErrBadMessageID, id)
 		}
-		if p >= len(q.parts) {
-			return nil, fmt.Errorf("%w: %s is not in %s: it has %d partitions", ErrUnknownMessage, id, q.name, len(q.parts))
+		if p >= len(q.partitions()) {
+			return nil, fmt.Errorf("%w: %s is not in %s: it has %d partitions", ErrUnknownMessage, id, q.name, len(q.partitions()))
 		}
 		r := ref{p, off, ""}
 		if seen[r] || !slices.Contains(served, p) {
@@ -417,7 +418,7 @@ func (q *Queue) pendingByID(ids []string, served []int) ([]deadLetter, error) {
 			q.unlockAll()
 			return nil, fmt.Errorf("%w: %s is not in %s", ErrUnknownMessage, r.id, q.name)
 		}
-		if m, _ := q.parts[r.p].cached(r.off); m != nil {
+		if m, _ := q.partitions()[r.p].cached(r.off); m != nil {
 			out[i] = deadLetter{r.p, m}
 		}
 	}
@@ -455,7 +456,7 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 	var stop error
 	for i, dl := range dls {
 		msg, target := replayMessage(dl.m)
-		if p := q.parts[PartitionFor(msg.Key, len(q.parts))]; p.servingLocked() != nil {
+		if p := q.partitions()[PartitionFor(msg.Key, len(q.partitions()))]; p.servingLocked() != nil {
 			if q.m.opts.Forward == nil || q.closed {
 				stop = p.servingLocked()
 				break
@@ -497,7 +498,7 @@ func (q *Queue) replay(ctx context.Context, dls []deadLetter) ([]Replayed, error
 		}
 		id := ""
 		if news[i].Offset != unknownOffset {
-			id = MessageID(PartitionFor(news[i].Key, len(q.parts)), news[i].Offset)
+			id = MessageID(PartitionFor(news[i].Key, len(q.partitions())), news[i].Offset)
 		}
 		done = append(done, Replayed{DLQID: MessageID(dl.partition, dl.m.Offset), ID: id})
 	}
@@ -576,7 +577,7 @@ func replayMessage(dm *Message) (*Message, string) {
 // before the message can be delivered. done runs once it is stored or
 // failed; an error returned means done will not run.
 func (q *Queue) appendReplayLocked(msg *Message, target string, done func(error)) error {
-	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
+	p := q.partitions()[PartitionFor(msg.Key, len(q.partitions()))]
 	if err := p.servingLocked(); err != nil {
 		return err
 	}
@@ -646,7 +647,7 @@ func (q *Queue) commitLocked(b *Batch) func(context.Context) error {
 	per := b.ByPartition()
 	errc := make(chan error, len(per))
 	for i, x := range per {
-		p := q.parts[i]
+		p := q.partitions()[i]
 		p.log.Append(p.epoch, nil, x, true, func(err error) { errc <- err })
 	}
 	return waitFor(errc, len(per))
@@ -688,7 +689,7 @@ func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, 
 	m.admin.Lock()
 	defer m.admin.Unlock()
 	q, created, err := m.create(ctx, name, func(ctx context.Context) error {
-		return m.persistDeclared(ctx, name, o, OwnerFrom(ctx), true)
+		return m.persistDeclared(ctx, name, o, OwnerFrom(ctx), nil, true)
 	}, o)
 	if err != nil {
 		return nil, false, err
@@ -697,10 +698,14 @@ func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, 
 		m.log.Info("queue declared", "queue", name, "partitions", o.Partitions, "ordering", o.Ordering, "durability", o.Durability)
 		return q, true, nil
 	}
-	if n := len(q.parts); n != o.Partitions {
-		return nil, false, fmt.Errorf("%w: queue %q has %d partitions, asked for %d", ErrPartitionsChanged, name, n, o.Partitions)
+	if n := len(q.partitions()); n > o.Partitions {
+		return nil, false, fmt.Errorf("%w: queue %q has %d partitions, asked for %d: a queue's partitions can grow, not shrink", ErrPartitionsChanged, name, n, o.Partitions)
+	} else if n < o.Partitions {
+		if err := m.grow(ctx, q, o); err != nil {
+			return nil, false, err
+		}
 	}
-	if err := m.persistDeclared(ctx, name, o, q.owner, false); err != nil {
+	if err := m.persistDeclared(ctx, name, o, q.owner, q.growths, false); err != nil {
 		return nil, false, err
 	}
 	q.setOptions(o)
@@ -712,9 +717,9 @@ func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, 
 
 // persistDeclared durably records the queue's declared settings (and, for
 // a new queue, its dead-letter queue).
-func (m *Manager) persistDeclared(ctx context.Context, name string, o Options, owner string, withDLQ bool) error {
+func (m *Manager) persistDeclared(ctx context.Context, name string, o Options, owner string, growths []Growth, withDLQ bool) error {
 	decl := o
-	metas := []QueueMeta{{Name: name, Partitions: o.Partitions, Declared: &decl, Owner: owner}}
+	metas := []QueueMeta{{Name: name, Partitions: o.Partitions, Declared: &decl, Owner: owner, Growths: growths}}
 	if withDLQ {
 		metas = append(metas, QueueMeta{Name: DLQName(name), Partitions: o.Partitions})
 	}
@@ -886,8 +891,8 @@ func (m *Manager) deleteQueue(ctx context.Context, name string, local bool) erro
 // through it lands afterwards, and returns a function that waits for it
 // to be durable (q's locks held).
 func (q *Queue) eraseLocal() func(context.Context) error {
-	errc := make(chan error, len(q.parts))
-	for _, p := range q.parts {
+	errc := make(chan error, len(q.partitions()))
+	for _, p := range q.partitions() {
 		l := localOf(p.log)
 		id := PartitionID{Queue: q.name, Partition: p.index}
 		if err := l.Fence(math.MaxUint64); err != nil {
@@ -896,7 +901,7 @@ func (q *Queue) eraseLocal() func(context.Context) error {
 		}
 		l.Append(math.MaxUint64, nil, &Batch{Erase: []PartitionID{id}}, true, func(err error) { errc <- err })
 	}
-	return waitFor(errc, len(q.parts))
+	return waitFor(errc, len(q.partitions()))
 }
 
 // dropLocked closes the queue for good and submits the deletion of
@@ -911,7 +916,7 @@ func (q *Queue) dropLocked(k *kicks, local bool) (uint64, func(context.Context) 
 	defer q.unlockAll()
 	var held uint64
 	b := new(Batch)
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		for _, l := range p.leasesWhere(func(*Lease) bool { return true }) {
 			p.revokeLocked(l, k)
 		}
@@ -943,7 +948,7 @@ func (q *Queue) dropLocked(k *kicks, local bool) (uint64, func(context.Context) 
 		wait = q.commitLocked(b)
 	}
 	q.closed = true
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		p.owned = false // the timer leaves it alone
 	}
 	return held, wait

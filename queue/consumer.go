@@ -242,7 +242,7 @@ func (c *Consumer) Close() {
 	}
 	c.closed = true
 	now := q.m.now()
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		b := new(Batch)
 		for _, l := range p.leasesWhere(func(l *Lease) bool { return l.consumer == c }) {
 			if !l.active {

@@ -27,7 +27,7 @@ func TickAt(m *Manager, now time.Time, retain bool) {
 func WaitWritten(m *Manager) {
 	var done []chan error
 	for _, q := range m.Queues() {
-		for _, p := range q.parts {
+		for _, p := range q.partitions() {
 			ch := make(chan error, 1)
 			p.mu.Lock()
 			p.log.Append(p.epoch, nil, &Batch{}, true, func(err error) { ch <- err })

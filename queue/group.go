@@ -80,7 +80,13 @@ type cursor struct {
 
 	floor   uint64
 	settled map[uint64]bool // offset >= floor settled; true when marked on disk
-	next    uint64          // first offset never read for delivery
+	// floorSeen is floor for the cursors of the group's other partitions
+	// (gatedLocked), which read it without this partition's lock.
+	floorSeen atomic.Uint64
+	// gated: its next message waits for the group to pass a growth's
+	// cuts on other partitions (the partition ticks meanwhile).
+	gated bool
+	next  uint64 // first offset never read for delivery
 
 	// delivered is one past the highest offset leased since the partition
 	// was loaded, persisted with the floor: when the partition is loaded
@@ -156,10 +162,10 @@ type pending struct {
 }
 
 func newGroup(q *Queue, name string) *group {
-	n := len(q.parts)
+	n := len(q.partitions())
 	g := &group{q: q, name: name, cursors: make([]*cursor, n),
 		claimed: make([]*Consumer, n), owner: make([]*Consumer, n), moveTo: make([]*Consumer, n)}
-	for i, p := range q.parts {
+	for i, p := range q.partitions() {
 		g.cursors[i] = newCursor(g, p)
 	}
 	return g
@@ -167,8 +173,10 @@ func newGroup(q *Queue, name string) *group {
 
 // newCursor returns g's cursor of p at the partition's first offset.
 func newCursor(g *group, p *partition) *cursor {
-	return &cursor{g: g, p: p, floor: p.first, next: p.first, delivered: p.first, savedDelivered: p.first, mark: p.first, asked: p.first,
+	c := &cursor{g: g, p: p, floor: p.first, next: p.first, delivered: p.first, savedDelivered: p.first, mark: p.first, asked: p.first,
 		settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}, out: map[uint64]*Lease{}}
+	c.floorSeen.Store(c.floor)
+	return c
 }
 
 func (g *group) addConsumer(c *Consumer) {
@@ -394,7 +402,7 @@ func (g *group) kick() {
 	if g.starved.Load() == 0 {
 		return
 	}
-	for i, p := range g.q.parts {
+	for i, p := range g.q.partitions() {
 		p.mu.Lock() // a partition's lock guards its cursor (loading replaces it)
 		if cur := g.cursors[i]; cur.starved.CompareAndSwap(true, false) {
 			g.starved.Add(-1)
@@ -537,6 +545,12 @@ func (c *cursor) nextLocked(now time.Time, cons *Consumer, uniform bool) (*Messa
 				c.settleLocked(off, nil) // a hole: nothing to deliver
 			}
 			continue
+		}
+		if gated := len(q.growths) > 0 && c.gatedLocked(off); gated || c.gated {
+			if c.gated = gated; gated {
+				c.p.wantTickLocked() // looked at again each tick
+				return nil, 0, 0, nil
+			}
 		}
 		if c.g.filter != "" && !MatchSubject(c.g.filter, m.Subject) {
 			c.next++
@@ -822,6 +836,7 @@ func (c *cursor) settleLocked(off uint64, b *Batch) {
 			delete(c.settled, c.floor)
 			c.floor++
 		}
+		c.floorSeen.Store(c.floor)
 	} else {
 		c.settled[off] = false
 		c.marks = append(c.marks, off)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -181,12 +182,12 @@ func (m *Manager) recover() error {
 			opts = *meta.Declared
 		}
 		if _, declared := m.opts.Declared[meta.Name]; declared && opts.Partitions != meta.Partitions {
-			return fmt.Errorf("%w: queue %q has %d partitions on disk, the config says %d",
-				ErrPartitionsChanged, meta.Name, meta.Partitions, opts.Partitions)
+			return fmt.Errorf("%w: queue %q has %d partitions on disk, the config says %d: start with the config's count as it was, then grow the queue with PUT /api/v1/queues/%s (partitions), which also takes precedence over the config",
+				ErrPartitionsChanged, meta.Name, meta.Partitions, opts.Partitions, meta.Name)
 		}
 		opts.Partitions = meta.Partitions
 		q := m.build(meta.Name, opts)
-		q.owner = meta.Owner
+		q.owner, q.growths = meta.Owner, meta.Growths
 		if err := m.acquireAll(q); err != nil {
 			return err
 		}
@@ -218,12 +219,26 @@ func (m *Manager) build(name string, opts Options) *Queue {
 func (m *Manager) buildOne(name string, opts Options) *Queue {
 	q := &Queue{m: m, name: name, opts: opts, groups: map[string]*group{}}
 	q.retention.Store(limitsOf(opts))
-	for i := 0; i < opts.Partitions; i++ {
-		p := newPartition(q, i, ringOptions{slots: m.opts.RingSize, bytes: m.opts.RingBytes})
-		p.log = m.logs.Log(PartitionID{name, i}, p.appended)
-		q.parts = append(q.parts, p)
-	}
+	q.parts.Store(new([]*partition))
+	q.addPartitions(opts.Partitions)
 	return q
+}
+
+// addPartitions adds partitions to the queue's up to n, not yet acquired.
+// The new slice is published at once: every lock of the queue must be
+// held, unless no one else can see the queue yet.
+func (q *Queue) addPartitions(n int) []*partition {
+	m := q.m
+	parts := slices.Clone(q.partitions())
+	var added []*partition
+	for i := len(parts); i < n; i++ {
+		p := newPartition(q, i, ringOptions{slots: m.opts.RingSize, bytes: m.opts.RingBytes})
+		p.log = m.logs.Log(PartitionID{q.name, i}, p.appended)
+		parts = append(parts, p)
+		added = append(added, p)
+	}
+	q.parts.Store(&parts)
+	return added
 }
 
 // Queue returns the named queue (a dead-letter queue by DLQName) if it exists.

@@ -183,9 +183,9 @@ func (m *Manager) Fence(id PartitionID, epoch uint64) error {
 // A queue that exists with another count is ErrPartitionsChanged.
 func (m *Manager) Ensure(ctx context.Context, name string, partitions int) (*Queue, error) {
 	if q := m.Queue(name); q != nil {
-		if len(q.parts) != partitions {
+		if len(q.partitions()) != partitions {
 			return nil, fmt.Errorf("%w: queue %q has %d partitions here, the cluster's catalog says %d",
-				ErrPartitionsChanged, name, len(q.parts), partitions)
+				ErrPartitionsChanged, name, len(q.partitions()), partitions)
 		}
 		return q, nil
 	}
@@ -200,15 +200,15 @@ func (m *Manager) Ensure(ctx context.Context, name string, partitions int) (*Que
 	if err != nil {
 		return nil, err
 	}
-	if len(q.parts) != partitions {
+	if len(q.partitions()) != partitions {
 		return nil, fmt.Errorf("%w: queue %q has %d partitions here, the cluster's catalog says %d",
-			ErrPartitionsChanged, name, len(q.parts), partitions)
+			ErrPartitionsChanged, name, len(q.partitions()), partitions)
 	}
 	return q, nil
 }
 
 // Partitions returns the queue's partition count.
-func (q *Queue) Partitions() int { return len(q.parts) }
+func (q *Queue) Partitions() int { return len(q.partitions()) }
 
 // NewQueueOptions returns the settings a queue of that name would be
 // created with here, and whether the config declares it: ErrNoSuchQueue

@@ -138,10 +138,10 @@ func (m *Manager) partition(id PartitionID) (*partition, error) {
 	if q == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNoSuchQueue, id.Queue)
 	}
-	if id.Partition < 0 || id.Partition >= len(q.parts) {
-		return nil, fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, id.Partition, len(q.parts))
+	if id.Partition < 0 || id.Partition >= len(q.partitions()) {
+		return nil, fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, id.Partition, len(q.partitions()))
 	}
-	return q.parts[id.Partition], nil
+	return q.partitions()[id.Partition], nil
 }
 
 // acquireAll acquires every partition of q and of its dead-letter queue
@@ -151,7 +151,7 @@ func (m *Manager) acquireAll(q *Queue) error {
 		return nil
 	}
 	for _, x := range []*Queue{q, q.dlq} {
-		for _, p := range x.parts {
+		for _, p := range x.partitions() {
 			if err := m.acquire(p, SingleNodeEpoch); err != nil {
 				return err
 			}
@@ -242,6 +242,7 @@ func (g *group) resetCursor(p *partition) {
 // deliveries a crash ended go to b.
 func (c *cursor) restore(st GroupState, b *Batch) {
 	c.floor = max(st.Floor, c.p.first)
+	c.floorSeen.Store(c.floor)
 	c.next, c.savedFloor = c.floor, st.Floor
 	c.delivered = max(st.Delivered, c.floor)
 	c.savedDelivered = st.Delivered

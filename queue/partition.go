@@ -224,7 +224,7 @@ func (p *partition) pendingLocked() bool {
 	low := p.committed
 	for _, g := range p.q.groups {
 		c := g.cursors[p.index]
-		if c.retries.Len() > 0 || c.dirty || c.starved.Load() || !c.fetchErr.IsZero() {
+		if c.retries.Len() > 0 || c.dirty || c.starved.Load() || !c.fetchErr.IsZero() || c.gated {
 			return true
 		}
 		low = min(low, c.floor)

@@ -19,7 +19,14 @@ type Queue struct {
 	m     *Manager
 	name  string
 	owner string // see Owner; set when built
-	parts []*partition
+	// parts are the queue's partitions, replaced (grown) only with every
+	// lock of the queue held; read it with partitions().
+	parts atomic.Pointer[[]*partition]
+	// growths are the queue's growths (Growth), oldest first; written with
+	// every lock held. growWait is set while it grows: publishes wait for
+	// the channel to close.
+	growths  []Growth
+	growWait atomic.Pointer[chan struct{}]
 	// dlq is the queue's dead-letter queue; nil for a dead-letter queue.
 	dlq *Queue
 
@@ -50,13 +57,13 @@ type Queue struct {
 // lockAll takes the queue's lock and every partition's, in partition order.
 func (q *Queue) lockAll() {
 	q.mu.Lock()
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		p.mu.Lock()
 	}
 }
 
 func (q *Queue) unlockAll() {
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		p.mu.Unlock()
 	}
 	q.mu.Unlock()
@@ -84,6 +91,12 @@ func (q *Queue) Options() Options {
 	return q.opts
 }
 
+// partitions returns the queue's partitions. A queue grows (Grow): a
+// caller that holds no lock of the queue may see the partitions before
+// the last growth, and one that picks a partition by key checks, with
+// that partition's lock, that the count has not changed meanwhile.
+func (q *Queue) partitions() []*partition { return *q.parts.Load() }
+
 // DLQ returns the queue's dead-letter queue, or nil for a dead-letter queue.
 func (q *Queue) DLQ() *Queue { return q.dlq }
 
@@ -106,7 +119,15 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 		return
 	}
 	if msg.ReplayFor != "" {
-		q.lockAll()
+		for {
+			q.lockAll()
+			if w := q.growWait.Load(); w != nil {
+				q.unlockAll()
+				<-*w
+				continue
+			}
+			break
+		}
 		err := q.appendReplayLocked(msg, msg.ReplayFor, done)
 		q.unlockAll()
 		if err != nil {
@@ -114,7 +135,9 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 		}
 		return
 	}
-	p := q.parts[PartitionFor(msg.Key, len(q.parts))]
+again:
+	parts := q.partitions()
+	p := parts[PartitionFor(msg.Key, len(parts))]
 	now := q.m.now()
 	size := msg.Size()
 	p.mu.Lock()
@@ -126,6 +149,13 @@ func (q *Queue) Publish(msg *Message, done func(error)) {
 			return
 		}
 		p.mu.Lock()
+	}
+	if q.waitGrowth(p) {
+		goto again
+	}
+	if len(q.partitions()) != len(parts) {
+		p.mu.Unlock() // grown meanwhile: the key's partition may be another
+		goto again
 	}
 	if err := p.servingLocked(); err != nil {
 		p.mu.Unlock()
@@ -222,7 +252,7 @@ func (q *Queue) fullLocked(size int) bool {
 		// that wait above a floor for retention (acked out of order).
 		var acked, ackedBytes int64
 		if q.opts.Retention != RetentionTime { // kept, settled or not: they count
-			for _, p := range q.parts {
+			for _, p := range q.partitions() {
 				n, b := p.settledByAllLocked()
 				acked, ackedBytes = acked+n, ackedBytes+b
 			}
@@ -235,7 +265,7 @@ func (q *Queue) fullLocked(size int) bool {
 	}
 	// Retention runs on a timer: delete what every group has settled since,
 	// so that acked messages do not count against the limits.
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		b := new(Batch)
 		p.flushStateLocked(b)
 		p.retainLocked(b)
@@ -319,7 +349,7 @@ func (q *Queue) checkGroupLocked(group string, o ConsumerOptions) error {
 }
 
 func (q *Queue) checkPartitionsLocked(g *group, name string, ps []int) error {
-	if err := CheckPartitionsOf(len(q.parts), ps); err != nil {
+	if err := CheckPartitionsOf(len(q.partitions()), ps); err != nil {
 		return err
 	}
 	for _, p := range ps {
@@ -358,6 +388,7 @@ func (q *Queue) groupLocked(name string, start Start, at map[int]uint64, filter 
 		if moved {
 			// Everything before it counts as settled for it.
 			cur.floor, cur.next, cur.delivered, cur.savedDelivered, cur.mark, cur.asked = off, off, off, off, off, off
+			cur.floorSeen.Store(off)
 		}
 		cur.p.flushLocked(&Batch{Floors: []FloorWrite{{Queue: q.name, Group: name, Partition: cur.p.index, Floor: cur.floor, Filter: g.filter}}})
 		cur.savedFloor = cur.floor
@@ -498,7 +529,7 @@ func (q *Queue) deadLettered(cur *cursor, m *Message, deliveries uint32, err err
 // closeLocked persists the settlements not yet written and refuses new
 // work. Every lock of the queue must be held.
 func (q *Queue) closeLocked() {
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		b := new(Batch)
 		p.flushStateLocked(b)
 		p.flushLocked(b)
@@ -509,7 +540,7 @@ func (q *Queue) closeLocked() {
 // dispatchAllLocked dispatches every partition. Every lock of the queue
 // must be held.
 func (q *Queue) dispatchAllLocked(now time.Time) {
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		p.dispatchLocked(now)
 	}
 }
@@ -518,7 +549,7 @@ func (q *Queue) dispatchAllLocked(now time.Time) {
 // partition.tick) and, when retain is set, the queue's (see retainTick).
 // The manager's timer ticks only the partitions with work pending.
 func (q *Queue) tick(now time.Time, retain bool) {
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		p.tick(now, retain)
 	}
 	if retain {
@@ -546,7 +577,7 @@ func (q *Queue) retainTick(now time.Time) {
 	}
 	q.dedupMu.Unlock()
 	for _, e := range gone {
-		p := q.parts[e.partition]
+		p := q.partitions()[e.partition]
 		p.mu.Lock()
 		p.flushLocked(&Batch{Dedups: []DedupMark{{Queue: q.name, Partition: e.partition, ID: e.id}}})
 		p.mu.Unlock()

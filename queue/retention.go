@@ -79,7 +79,7 @@ func (q *Queue) startEvictionLocked(now time.Time) {
 // max_age (a message published later is due later still).
 func (q *Queue) evict(now time.Time) {
 	next := now.Add(q.maxAge())
-	for i := range q.parts {
+	for i := range q.partitions() {
 		for {
 			n, err := q.evictHead(i, now, &next)
 			if err != nil {
@@ -103,7 +103,7 @@ func (q *Queue) maxAge() time.Duration {
 // evictHead evicts the due messages at the head of partition i and
 // returns how many it looked at.
 func (q *Queue) evictHead(i int, now time.Time, next *time.Time) (int, error) {
-	p := q.parts[i]
+	p := q.partitions()[i]
 	p.mu.Lock()
 	from, to := p.first, p.committed
 	var msgs []*Message

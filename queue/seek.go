@@ -74,8 +74,8 @@ type SoughtPartition struct {
 // is made at the point (in a cluster, a node whose partitions the group
 // has not read from yet).
 func (q *Queue) Seek(ctx context.Context, name string, to SeekTo, force, create bool) ([]SoughtPartition, error) {
-	if to.OnePartition && (to.Partition < 0 || to.Partition >= len(q.parts)) {
-		return nil, fmt.Errorf("%w: queue %s has partitions 0 to %d, not %d", ErrBadPartitions, q.name, len(q.parts)-1, to.Partition)
+	if to.OnePartition && (to.Partition < 0 || to.Partition >= len(q.partitions())) {
+		return nil, fmt.Errorf("%w: queue %s has partitions 0 to %d, not %d", ErrBadPartitions, q.name, len(q.partitions())-1, to.Partition)
 	}
 	q.m.admin.Lock()
 	defer q.m.admin.Unlock()
@@ -107,7 +107,7 @@ func (q *Queue) Seek(ctx context.Context, name string, to SeekTo, force, create 
 	}
 	b := new(Batch)
 	out := []SoughtPartition{}
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		if p.servingLocked() != nil || to.OnePartition && p.index != to.Partition {
 			continue
 		}
@@ -161,6 +161,7 @@ func (c *cursor) seekLocked(to uint64, b *Batch, k *kicks) {
 	c.g.resetCursor(c.p)
 	n := c.g.cursors[p]
 	n.floor, n.next, n.delivered, n.mark, n.asked = to, to, to, to, to
+	n.floorSeen.Store(to)
 	n.savedFloor, n.savedDelivered = to, to
 }
 
@@ -178,7 +179,7 @@ func (q *Queue) offsetsAt(t time.Time) (map[int]uint64, error) {
 	}
 	var bs []bounds
 	q.lockAll()
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		if p.servingLocked() == nil {
 			bs = append(bs, bounds{p, p.first, p.committed})
 		}

@@ -143,7 +143,7 @@ func (q *Queue) Info() Info {
 	var reads []lookup
 	q.lockAll()
 	info := Info{Name: q.name, Options: q.opts, Counts: q.stats.Snapshot()}
-	for _, p := range q.parts {
+	for _, p := range q.partitions() {
 		info.Partitions = append(info.Partitions, PartitionInfo{
 			Partition: p.index, Shard: shardOf(p.log), First: p.first, Next: p.next, Committed: p.committed,
 		})
@@ -167,7 +167,7 @@ func (q *Queue) Info() Info {
 	q.unlockAll()
 	for _, r := range reads {
 		gp := &info.Groups[r.g].Partitions[r.p]
-		p := q.parts[r.p]
+		p := q.partitions()[r.p]
 		msgs, err := p.log.Read(gp.Floor, info.Partitions[r.p].Committed, 1)
 		if err == nil && len(msgs) == 1 {
 			gp.OldestUnsettled = msgs[0].EnqueuedAt
@@ -211,8 +211,8 @@ func (c *cursor) infoLocked() GroupPartitionInfo {
 // the oldest retained one when from is below it), in offset order, without
 // delivering or settling anything. The messages are copies.
 func (q *Queue) Peek(ctx context.Context, partition int, from uint64, n int) ([]*Message, error) {
-	if partition < 0 || partition >= len(q.parts) {
-		return nil, fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, partition, len(q.parts))
+	if partition < 0 || partition >= len(q.partitions()) {
+		return nil, fmt.Errorf("%w: partition %d (the queue has %d)", ErrBadPartitions, partition, len(q.partitions()))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -236,7 +236,7 @@ func (q *Queue) read(pi int, from, to uint64, n int) ([]*Message, error) {
 	if n <= 0 {
 		return nil, nil
 	}
-	p := q.parts[pi]
+	p := q.partitions()[pi]
 	p.mu.Lock()
 	from = max(from, p.first)
 	to = min(to, p.committed)

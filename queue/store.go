@@ -143,6 +143,8 @@ type QueueMeta struct {
 	Declared *Options
 	// Owner is the tenant that created the queue (Queue.Owner).
 	Owner string
+	// Growths are the growths of its partitions, oldest first (Growth).
+	Growths []Growth
 }
 
 // GroupState is a group's persisted state on one partition.

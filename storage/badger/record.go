@@ -292,13 +292,14 @@ type metaRecord struct {
 	Partitions int            `json:"partitions"`
 	Declared   *queue.Options `json:"declared,omitempty"`
 	Owner      string         `json:"owner,omitempty"`
+	Growths    []queue.Growth `json:"growths,omitempty"`
 }
 
 const metaVersion = 1
 
 // EncodeQueueMeta returns the record of a queue's metadata.
 func EncodeQueueMeta(q queue.QueueMeta) ([]byte, error) {
-	b, err := json.Marshal(metaRecord{Version: metaVersion, Name: q.Name, Partitions: q.Partitions, Declared: q.Declared, Owner: q.Owner})
+	b, err := json.Marshal(metaRecord{Version: metaVersion, Name: q.Name, Partitions: q.Partitions, Declared: q.Declared, Owner: q.Owner, Growths: q.Growths})
 	if err != nil {
 		return nil, fmt.Errorf("storage: encoding queue meta %q: %w", q.Name, err)
 	}
@@ -314,5 +315,5 @@ func DecodeQueueMeta(b []byte) (queue.QueueMeta, error) {
 	if r.Version != metaVersion {
 		return queue.QueueMeta{}, fmt.Errorf("%w: queue meta %q: unknown version %d", ErrCorruptRecord, r.Name, r.Version)
 	}
-	return queue.QueueMeta{Name: r.Name, Partitions: r.Partitions, Declared: r.Declared, Owner: r.Owner}, nil
+	return queue.QueueMeta{Name: r.Name, Partitions: r.Partitions, Declared: r.Declared, Owner: r.Owner, Growths: r.Growths}, nil
 }
