@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
 	"sync"
 	"testing"
@@ -37,8 +38,20 @@ func TestConsoleBrowser(t *testing.T) {
 		seedOrders(t, n)
 		p := newTab(t, newBrowser(t), n.base, n)
 		p.overview()
+		p.nodePanel()
 		p.queuePage()
 		p.replaySelected()
+	})
+	// Declaring a queue, changing its settings, publishing into it and
+	// finding what was published, at a desktop's width and at a phone's.
+	t.Run("forms", func(t *testing.T) {
+		n := startNode(t, "")
+		p := newTab(t, newBrowser(t), n.base, n)
+		p.declareQueue()
+		p.editSettings()
+		p.publishForm()
+		p.searchMessages()
+		p.narrow()
 	})
 	t.Run("admin token", func(t *testing.T) {
 		const token = "console-test-token"
@@ -438,6 +451,12 @@ func (p *tab) clusterMap() {
 	p.waitText(`#cluster tr[data-node="node-4"] td.replicas`, "1")
 	p.waitText(`#cluster tr[data-node="node-4"] td.leads`, "0")
 	p.waitContains(`#cluster table.owners thead`, "Learners")
+	// The node the console talks to is marked; a cluster has no panel
+	// of a single node.
+	p.waitContains(`#cluster tr[data-node="node-1"] td.name`, "this node")
+	if eval[bool](p, `document.querySelector('#cluster tr[data-node="node-2"] .this-node') !== null || document.getElementById("node-panel") !== null`) {
+		p.t.Error("another node is marked as this one, or a cluster shows a single node's panel")
+	}
 	if got := eval[[]string](p, `[...document.querySelectorAll("#cluster table.owners td.learners")].map((e) => e.textContent)`); !slices.Equal(got, []string{"node-4", ""}) {
 		p.t.Errorf("learners per partition: %q, want node-4 and none", got)
 	}
@@ -474,4 +493,213 @@ func (p *tab) drainNodes(changes *posts) {
 	if got := changes.list(); !slices.Equal(got, want) {
 		p.t.Errorf("calls %q, want %q", got, want)
 	}
+}
+
+// set sets the value of an input, a select or a textarea.
+func (p *tab) set(sel, value string) {
+	p.t.Helper()
+	p.do("setting "+sel, chromedp.SetValue(chromedp.CSS(sel), value))
+}
+
+// nodePanel checks a single node's panel on the overview: its id, state,
+// addresses and the partitions it leads (all of them: orders' 4 and
+// telemetry's 2).
+func (p *tab) nodePanel() {
+	p.t.Helper()
+	p.waitContains("#node-panel", "console-test")
+	p.waitContains("#node-panel", "Partitions led6")
+	p.waitContains("#node-panel", p.node.MQTTAddr())
+	p.waitContains("#node-panel", "ready")
+	if eval[bool](p, `document.querySelector("#node-panel button") !== null`) {
+		p.t.Error("the panel of a single node offers a drain")
+	}
+	p.screenshot("node-panel")
+}
+
+// declareQueue declares invoices with the overview's form: cancelled, it
+// declares nothing; confirmed, the queue has the settings given and the
+// console shows it.
+func (p *tab) declareQueue() {
+	p.t.Helper()
+	n := p.node
+	p.waitFor("the overview", `document.getElementById("new-queue") !== null`)
+	p.click("#new-queue")
+	p.set("#declare-name", "invoices")
+	p.set("#declare-partitions", "3")
+	p.set("#declare-ack_timeout", "10s")
+	p.set("#declare-ordering", "partition")
+	p.screenshot("declare")
+	p.click("#declare-submit")
+	p.confirm(false, "The queue invoices is created with partitions 3, ordering partition, ack_timeout 10s")
+	time.Sleep(300 * time.Millisecond)
+	if res, err := n.get("/api/v1/queues/invoices"); err != nil || res.StatusCode != http.StatusNotFound {
+		p.t.Fatalf("after a cancelled declare: GET invoices: %v %v", res.Status, err)
+	}
+	p.click("#declare-submit")
+	p.confirm(true, "the config's defaults for the rest")
+	p.waitNotice(`^Declared invoices: partitions 3, ordering partition, ack_timeout 10s\.`)
+	p.waitText("#queue-name", "invoices")
+	p.waitFor("3 partitions", `document.querySelectorAll("table.partitions tbody tr").length === 3`)
+	v := n.queue(p.t, "invoices")
+	if v.Settings.Partitions != 3 || v.Settings.AckTimeout != broker.Duration(10*time.Second) || v.Settings.Ordering != "partition" || v.Source != "api" {
+		p.t.Errorf("invoices: %+v", v.Settings)
+	}
+}
+
+// editSettings changes a setting of invoices with the queue page's form,
+// and shows the API's refusal of a partition count change in the form.
+func (p *tab) editSettings() {
+	p.t.Helper()
+	n := p.node
+	before := n.queue(p.t, "invoices").Settings.MaxDeliveries
+	p.click("#edit-settings")
+	p.waitFor("the settings form", `document.getElementById("declare-max_deliveries") !== null`)
+	if got := eval[string](p, `document.getElementById("declare-ack_timeout").value`); got != "10s" {
+		p.t.Errorf("the form shows ack_timeout %q, want the queue's 10s", got)
+	}
+	// Nothing changed: nothing is sent.
+	p.click("#declare-submit")
+	p.waitContains("#declare-error", "Nothing changed")
+
+	p.set("#declare-partitions", "2")
+	p.click("#declare-submit")
+	p.confirm(true, "partitions 3 → 2")
+	p.waitFor("the refusal in the form", `!document.getElementById("declare-error").hidden && /partition/.test(document.getElementById("declare-error").textContent)`)
+	refusal := p.text("#declare-error")
+	p.waitNotice(regexp.QuoteMeta(refusal))
+	p.screenshot("declare-refused")
+	if v := n.queue(p.t, "invoices"); v.Settings.Partitions != 3 {
+		p.t.Fatalf("after a refused change: %d partitions", v.Settings.Partitions)
+	}
+
+	p.set("#declare-partitions", "3")
+	p.set("#declare-max_deliveries", "7")
+	p.click("#declare-submit")
+	p.confirm(true, fmt.Sprintf("max_deliveries %d → 7", before))
+	p.waitNotice(fmt.Sprintf(`^Changed the settings of invoices: max_deliveries %d → 7\.`, before))
+	p.waitFor("the form closed", `document.getElementById("declare-form") === null`)
+	if v := n.queue(p.t, "invoices"); v.Settings.MaxDeliveries != 7 {
+		p.t.Errorf("max_deliveries %d after the change, want 7", v.Settings.MaxDeliveries)
+	}
+	p.waitContains("#settings", "max_deliveries7")
+}
+
+// publishForm publishes into invoices with the queue page's form: a key,
+// a subject, a text payload and user properties.
+func (p *tab) publishForm() {
+	p.t.Helper()
+	n := p.node
+	p.click("#publish-open")
+	p.set("#publish-subject", "eu")
+	p.set("#publish-key", "cust-1")
+	p.set("#publish-payload", `{"total": 12.5}`)
+	p.click("#publish-add-prop")
+	p.set("#publish-prop-rows .prop-row:last-child .prop-name", "trace")
+	p.set("#publish-prop-rows .prop-row:last-child .prop-value", "t-1")
+	p.click("#publish-add-prop")
+	p.set("#publish-prop-rows .prop-row:last-child .prop-value", "orphan")
+	p.click("#publish-submit")
+	p.waitContains("#publish-error", "no name")
+	p.click("#publish-prop-rows .prop-row:last-child .prop-remove")
+	p.screenshot("publish")
+
+	p.click("#publish-submit")
+	p.confirm(false, "A message of 15 bytes with key cust-1 and 1 user property is stored in $queue/invoices/eu")
+	time.Sleep(300 * time.Millisecond)
+	if v := n.queue(p.t, "invoices"); v.Counts.Enqueued != 0 {
+		p.t.Fatalf("a cancelled publish stored %d messages", v.Counts.Enqueued)
+	}
+	p.click("#publish-submit")
+	p.confirm(true, "delivered to the groups of invoices as any producer's message")
+	p.waitNotice(`^Published \d+-\d+ to \$queue/invoices/eu \(partition \d+, offset 0\)\.`)
+	id := p.text("#published-id")
+	msgs := n.messages(p.t, "invoices")
+	if len(msgs) != 1 || msgs[0].ID != id || msgs[0].Key != "cust-1" || string(msgs[0].Payload) != `{"total": 12.5}` ||
+		msgs[0].Topic != "$queue/invoices/eu" || len(msgs[0].UserProperties) != 1 || msgs[0].UserProperties[0] != (broker.Property{Name: "trace", Value: "t-1"}) {
+		p.t.Errorf("invoices holds %+v; the console says it published %s", msgs, id)
+	}
+	// The form keeps what was typed, for the next one.
+	if got := eval[string](p, `document.getElementById("publish-key").value`); got != "cust-1" {
+		p.t.Errorf("the key field holds %q after publishing", got)
+	}
+}
+
+// searchMessages finds messages of invoices by msg-id and by key with the
+// queue page's search box.
+func (p *tab) searchMessages() {
+	p.t.Helper()
+	prod := dial(p.t, p.node, "producer")
+	for i := range 4 {
+		prod.publish("$queue/invoices", fmt.Appendf(nil, "invoice %d", i), "key", []string{"cust-1", "cust-2"}[i%2], "n", fmt.Sprint(i))
+	}
+	id := p.text("#published-id")
+	p.click("#published-find")
+	p.waitFor("the message found", `document.querySelectorAll("table.search-results tbody tr").length === 1`)
+	p.waitText(`table.search-results tr[data-msg-id="`+id+`"] td.key`, "cust-1")
+	p.waitContains(`table.search-results tr[data-msg-id="`+id+`"] td.props`, "trace=t-1")
+	p.click(`table.search-results tr[data-msg-id="` + id + `"] button.show`)
+	p.waitContains(`table.search-results tr[data-detail-of="`+id+`"] .props`, "property trace")
+	p.waitContains(`table.search-results tr[data-detail-of="`+id+`"] .props`, "$queue/invoices/eu")
+
+	p.set("#search-by", "key")
+	p.set("#search-input", "cust-1")
+	p.click("#search-submit")
+	p.waitFor("three messages of cust-1", `document.querySelectorAll("table.search-results tbody tr").length === 3`)
+	p.waitContains("#search-summary", "3 messages with key cust-1 in invoices, partition ")
+	// Newest first: the MQTT ones, then the form's.
+	got := eval[[]string](p, `[...document.querySelectorAll("table.search-results td.payload .text-preview")].map((e) => e.textContent)`)
+	if !slices.Equal(got, []string{"invoice 2", "invoice 0", `{"total": 12.5}`}) {
+		p.t.Errorf("payloads found for cust-1: %q", got)
+	}
+	p.screenshot("search")
+
+	p.set("#search-by", "id")
+	p.set("#search-input", "0-999")
+	p.click("#search-submit")
+	p.waitContains("#search-error", "no message 0-999 in invoices")
+	p.set("#search-input", "nonsense")
+	p.click("#search-submit")
+	p.waitContains("#search-error", "PARTITION-OFFSET")
+}
+
+// narrow checks the queue page and its forms at a phone's width: nothing
+// is wider than the screen, and a notice of this page goes with it.
+func (p *tab) narrow() {
+	p.t.Helper()
+	p.do("a 400 px screen", chromedp.EmulateViewport(400, 900))
+	p.do("the page again", chromedp.Reload())
+	p.waitText("#queue-name", "invoices")
+	p.click("#publish-open")
+	p.click("#publish-add-prop")
+	p.click("#edit-settings")
+	p.set("#search-input", "cust-2")
+	p.click("#search-submit")
+	p.waitFor("two messages of cust-2", `document.querySelectorAll("table.search-results tbody tr").length === 2`)
+	p.click(`table.search-results tbody tr button.show`)
+	if w := eval[int](p, `document.documentElement.scrollWidth`); w > 400 {
+		p.t.Errorf("the queue page is %d px wide on a 400 px screen", w)
+	}
+	for _, sel := range []string{"#publish-submit", "#declare-submit", "#search-submit", "#purge-queue"} {
+		if right := eval[float64](p, `document.querySelector(`+js(sel)+`).getBoundingClientRect().right`); right > 400 {
+			p.t.Errorf("%s reaches %.0f px on a 400 px screen", sel, right)
+		}
+	}
+	p.screenshot("narrow-queue")
+
+	// A notice raised here goes when the operator leaves the page.
+	p.click("#declare-submit")
+	p.waitContains("#declare-error", "Nothing changed")
+	p.set("#declare-ack_timeout", "soon")
+	p.click("#declare-submit")
+	p.confirm(true, "ack_timeout 10s → soon")
+	p.waitFor("an error notice", `!document.getElementById("notice").hidden && document.getElementById("notice").classList.contains("error")`)
+	p.click(`.crumbs a`)
+	p.waitFor("the overview", `document.querySelector('#queues tr[data-queue="invoices"]') !== null`)
+	if !eval[bool](p, `document.getElementById("notice").hidden`) {
+		p.t.Errorf("the notice of the queue page still shows on the overview: %q", p.text("#notice"))
+	}
+	if w := eval[int](p, `document.documentElement.scrollWidth`); w > 400 {
+		p.t.Errorf("the overview is %d px wide on a 400 px screen", w)
+	}
+	p.screenshot("narrow-overview")
 }

@@ -13,8 +13,11 @@
 // leases, a dead-letter browser with replay and purge, and the cluster map
 // (nodes with their state, replicas and leaderships, and a button to drain
 // or undrain each; partitions with their replicas and learners) when
-// /api/v1/cluster says the node is part of a cluster. They poll every two
-// seconds.
+// /api/v1/cluster says the node is part of a cluster, a panel of the node
+// itself otherwise. They poll every two seconds. Forms declare a queue or
+// change its settings, publish a message and find messages by key or
+// msg-id; the forms are drawn when opened and left alone by the polls, so
+// that what is typed stays.
 //
 // # Security
 //

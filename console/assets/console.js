@@ -19,11 +19,15 @@ const state = {
   samples: new Map(), // queue name -> {t, counts}: the previous poll
   rates: new Map(), // queue name -> {enqueued, delivered, acked} per second
   cluster: undefined, // undefined: not asked yet; null: no cluster; else GET /api/v1/cluster
+  self: null, // a single node's GET /api/v1/cluster (clustered false): its own figures
   generation: 0, // bumped by every refresh; a stale answer is dropped
   timer: 0,
   openGroups: new Set(), // groups whose per-partition table is open
   dlq: null, // the dead-letter browser of the queue page
   peek: null, // the queue page's peeked messages
+  search: null, // the queue page's search and what it found
+  publish: null, // the queue page's publish form, while open
+  declare: null, // the form declaring a queue or changing its settings, while open
   replayed: new Set(), // "queue\x00dlq msg-id" replayed from this tab
 };
 
@@ -239,11 +243,13 @@ async function ready() {
 
 // cluster returns the cluster map, null where the node has none (a single
 // node: clustered false, or no /api/v1/cluster), or undefined when it could
-// not tell (asked again at the next poll).
+// not tell (asked again at the next poll). A single node's own document
+// goes to state.self.
 async function cluster() {
   try {
     const c = await api('GET', API + 'cluster');
-    return c && c.clustered === false ? null : c;
+    state.self = c && c.clustered === false ? c : null;
+    return state.self ? null : c;
   } catch (e) {
     return e.status === 404 ? null : undefined;
   }
@@ -361,10 +367,12 @@ function explain(err) {
 // ---- notices and confirmations ----
 
 let noticeTimer = 0;
+let noticeRoute = ''; // the location.hash a notice was raised on
 
 function notice(text, kind) {
   const el = $('#notice');
   clearTimeout(noticeTimer);
+  noticeRoute = location.hash;
   el.className = 'notice ' + kind;
   el.setAttribute('role', kind === 'error' ? 'alert' : 'status');
   fill(el, h('span', { class: 'text' }, text),
@@ -395,25 +403,30 @@ function confirmAction(title, text, okLabel, field) {
   }, { once: true }));
 }
 
-// act runs a confirmed change and reports it.
-// With field, call gets the value typed.
+// act runs a confirmed change and reports it. With field, call gets the
+// value typed. It resolves to {res} once done, {error} when refused (the
+// message shown), or null when cancelled.
 async function act(button, title, text, okLabel, call, done, field) {
   const answer = await confirmAction(title, text, okLabel, field);
-  if (field ? answer === null : !answer) return;
+  if (field ? answer === null : !answer) return null;
   if (button) button.disabled = true;
+  let out;
   try {
     const res = await call(answer);
     notice(done(res), 'ok');
+    out = { res };
   } catch (e) {
     let msg = explain(e);
     const partial = e.doc && e.doc.replay;
     if (partial) msg += ' (' + plural(partial.replayed, 'dead letter') + ' replayed before it failed)';
     notice(msg, 'error');
+    out = { error: msg };
   } finally {
     if (button) button.disabled = false;
   }
   if (state.dlq) state.dlq.stale = true;
   refresh();
+  return out;
 }
 
 // ---- polling and routes ----
@@ -505,13 +518,21 @@ async function refreshOverview(gen) {
   const [list, isReady] = await Promise.all([api('GET', API + 'queues'), ready()]);
   if (state.cluster === undefined) state.cluster = await cluster();
   else if (state.cluster) state.cluster = (await cluster()) || state.cluster;
+  else if (state.self) await cluster(); // a single node's own figures, again
   if (gen !== state.generation) return;
   updateRates(list.queues);
   setNode(list.node, isReady);
-  renderOverview(list);
+  const main = $('#main');
+  if (main.dataset.view !== 'overview') {
+    main.dataset.view = 'overview';
+    state.declare = null;
+    fill(main, h('div', { id: 'overview' }), h('section', { id: 'declare' }));
+    renderDeclare();
+  }
+  renderOverview(list, isReady);
 }
 
-function renderOverview(list) {
+function renderOverview(list, isReady) {
   const qs = list.queues;
   const sum = (f) => qs.reduce((n, x) => n + f(x), 0);
   const consumers = (x) => x.groups.reduce((n, g) => n + g.consumers, 0);
@@ -541,21 +562,36 @@ function renderOverview(list) {
         h('td', { class: 'num oldest' }, age(g.oldest_unsettled_age_seconds))));
     }
   }
-  fill($('#main'),
+  fill($('#overview'),
     h('section', { class: 'cards', id: 'summary' },
       card('Queues', num(qs.length)),
       card('Messages held', num(sum((x) => x.depth))),
       card('Consumers', num(sum(consumers))),
       card('Dead letters waiting', num(sum(dlqWaiting)), sum(dlqWaiting) ? 'warn' : '')),
     h('section', { id: 'queues' },
-      h('h2', null, 'Queues'),
+      h('h2', null, 'Queues', ' ', h('button', { id: 'new-queue', class: 'small', onclick: () => openDeclare(null, qs.map((x) => x.name)) }, 'New queue…')),
       table('queues', ['Queue', 'Partitions', 'Depth', 'In /s', 'Delivered /s', 'Acked /s', 'Groups', 'Consumers', 'Max lag', 'Dead letters'],
         queueRows, 'No queues yet: a publish to $queue/NAME creates one.')),
     h('section', { id: 'groups' },
       h('h2', null, 'Consumer groups'),
       table('groups', ['Queue', 'Group', 'Consumers', 'Lag', 'Leased', 'Oldest unsettled'],
         groupRows, 'No consumer group yet: a subscription to $share/GROUP/$queue/NAME creates one.')),
-    clusterSection(state.cluster));
+    clusterSection(state.cluster) || nodePanel(state.self, isReady));
+}
+
+// nodePanel is a single node's own figures, where a cluster has its map.
+function nodePanel(c, isReady) {
+  const n = c && Array.isArray(c.nodes) && c.nodes.find((x) => x.id === c.node);
+  if (!n) return null;
+  return h('section', { id: 'node-panel' },
+    h('h2', null, 'Node'),
+    h('div', { class: 'cards' },
+      card('Node', n.id),
+      card('State', isReady ? 'ready' : 'not ready', isReady ? '' : 'warn'),
+      card('Partitions led', num(n.leads)),
+      card('MQTT', n.mqtt || '—', 'address'),
+      card('HTTP', n.http || '—', 'address')),
+    h('p', { class: 'muted' }, 'This node runs alone: it serves every partition. Draining and placement need a cluster (start nodes with --etcd).'));
 }
 
 // clusterSection is the cluster map; nothing on a single node.
@@ -567,7 +603,7 @@ function clusterSection(c) {
     h('h2', null, 'Cluster'),
     table('nodes', ['Node', 'State', 'MQTT', 'HTTP', 'Cluster address', 'Replicas', 'Leads', ''],
       c.nodes.map((n) => h('tr', { 'data-node': n.id },
-        h('td', { class: 'name' }, n.id),
+        h('td', { class: 'name' }, n.id, n.id === c.node ? [' ', h('span', { class: 'badge this-node', title: 'the node this console talks to' }, 'this node')] : null),
         h('td', { class: 'node-state ' + nodeStateClass(n.state) }, n.state),
         h('td', null, n.mqtt), h('td', null, n.http), h('td', null, n.cluster_addr),
         h('td', { class: 'num replicas' }, num(n.replicas)),
@@ -642,8 +678,14 @@ async function refreshQueue(name, gen) {
     main.dataset.view = 'queue:' + name;
     state.dlq = { queue: name, messages: [], selected: new Set(), open: new Set(), views: new Map(), key: '', stale: true, error: null };
     state.peek = null;
-    fill(main, h('div', { id: 'figures' }), h('section', { id: 'activity' }), h('section', { id: 'dlq' }), h('section', { id: 'peek' }), h('section', { id: 'settings', class: 'two' }));
+    state.search = null;
+    state.publish = null;
+    state.declare = null;
+    fill(main, h('div', { id: 'figures' }), h('section', { id: 'declare' }), h('section', { id: 'search' }), h('section', { id: 'publish' }),
+      h('section', { id: 'activity' }), h('section', { id: 'dlq' }), h('section', { id: 'peek' }), h('section', { id: 'settings', class: 'two' }));
     renderPeek(name);
+    renderSearch(name);
+    renderPublish(name);
   }
   renderFigures(qv);
   renderActivity(qv);
@@ -707,6 +749,7 @@ function renderFigures(qv) {
     h('h1', null, h('span', { id: 'queue-name' }, qv.name),
       h('span', { class: 'badge', title: 'where the settings come from' }, 'settings: ' + (qv.source || 'defaults')),
       h('span', { class: 'spacer' }),
+      h('button', { id: 'edit-settings', onclick: () => openDeclare(qv) }, 'Edit settings…'),
       h('button', { id: 'purge-queue', class: 'danger', onclick: (ev) => purgeQueue(ev.target, qv) }, 'Purge queue…'),
       h('button', { id: 'delete-queue', class: 'danger', onclick: (ev) => deleteQueue(ev.target, qv) }, 'Delete queue…')),
     h('section', { class: 'cards', id: 'summary' },
@@ -1033,6 +1076,301 @@ function renderPeek(name) {
     table('messages', ['msg-id', 'Key', 'Topic', 'Enqueued', 'Payload'], rows, 'No messages.'));
 }
 
+// ---- finding messages ----
+
+const SEARCH_LIMIT = 100; // matches per search (the API's default)
+
+// renderSearch draws the search box of the queue page and what it found.
+// The form is drawn once; what is typed stays as the results change.
+function renderSearch(name) {
+  const el = $('#search');
+  if (!el) return;
+  const st = state.search;
+  if (!el.querySelector('#search-form')) {
+    fill(el, h('h2', null, 'Find messages'),
+      h('form', { id: 'search-form', class: 'inline-form', onsubmit: (ev) => { ev.preventDefault(); runSearch(name, false); } },
+        h('select', { id: 'search-by', 'aria-label': 'find by' }, h('option', { value: 'key' }, 'Key'), h('option', { value: 'id' }, 'msg-id')),
+        h('input', { id: 'search-input', type: 'search', placeholder: 'a key, or a msg-id such as 2-17', autocomplete: 'off', 'aria-label': 'key or msg-id' }),
+        h('label', { class: 'check' }, h('input', { type: 'checkbox', id: 'search-dlq' }), ' dead letters'),
+        h('button', { id: 'search-submit', type: 'submit' }, 'Find')),
+      h('div', { id: 'search-out' }));
+  }
+  const out = $('#search-out');
+  if (!st) {
+    fill(out, h('p', { class: 'muted' }, 'A key\'s messages are in one partition: the newest ' + SEARCH_LIMIT + ' are shown. Nothing is delivered or settled.'));
+    return;
+  }
+  if (st.error) {
+    fill(out, h('p', { class: 'error', id: 'search-error', role: 'alert' }, st.error));
+    return;
+  }
+  const r = st.result;
+  const what = st.by === 'id' ? 'msg-id ' + st.value : st.value === '' ? 'the empty key' : 'key ' + st.value;
+  const where = (st.dlq ? name + '/$dlq' : name) + ', partition ' + r.partition;
+  const rows = [];
+  for (const m of st.messages.slice().reverse()) {
+    const open = st.open.has(m.msg_id);
+    const props = (m.user_properties || []).map((u) => u.name + '=' + u.value);
+    rows.push(h('tr', { 'data-msg-id': m.msg_id },
+      h('td', { class: 'id' }, m.msg_id),
+      h('td', { class: 'num partition' }, m.partition), h('td', { class: 'num offset' }, m.offset),
+      h('td', { class: 'key' }, m.key || '—'), h('td', { class: 'when' }, when(m.enqueued_at)),
+      h('td', { class: 'props' }, props.length ? props.slice(0, 3).join(', ') + (props.length > 3 ? ', …' : '') : '—'),
+      h('td', { class: 'payload' }, preview(m), ' ',
+        h('button', { class: 'link show', onclick: () => { if (open) st.open.delete(m.msg_id); else st.open.add(m.msg_id); renderSearch(name); } }, open ? 'less' : 'more'))));
+    if (open) rows.push(h('tr', { class: 'detail', 'data-detail-of': m.msg_id }, h('td', { colspan: 7 }, messageDetail(m, st.views, () => renderSearch(name)))));
+  }
+  fill(out,
+    h('p', { id: 'search-summary' },
+      plural(st.messages.length, 'message') + ' with ' + what + ' in ' + where,
+      h('span', { class: 'muted' }, ' (' + plural(st.scanned, 'message') + ' read' + (state.cluster ? ' by node ' + r.node : '') +
+        (st.by === 'id' ? '' : ', newest first') + ').')),
+    table('search-results', ['msg-id', 'Partition', 'Offset', 'Key', 'Enqueued', 'Properties', 'Payload'], rows, 'No message with ' + what + '.'),
+    r.truncated ? h('p', { id: 'search-more' }, h('span', { class: 'muted' }, 'Older messages of partition ' + r.partition + ' were not read. '),
+      h('button', { id: 'search-older', onclick: () => runSearch(name, true) }, 'Search older')) : null);
+}
+
+// runSearch asks the API; older goes on with the last search, below where
+// it stopped.
+async function runSearch(name, older) {
+  const prev = state.search;
+  const q = older && prev ? { by: prev.by, value: prev.value, dlq: prev.dlq } :
+    { by: $('#search-by').value, value: $('#search-input').value, dlq: $('#search-dlq').checked };
+  if (q.by === 'id') q.value = q.value.trim();
+  let path = API + 'queues/' + enc(name) + (q.dlq ? '/dlq' : '') + '/messages?';
+  if (q.by === 'id') path += 'id=' + enc(q.value);
+  else path += 'key=' + enc(q.value) + '&limit=' + SEARCH_LIMIT + (older && prev && prev.result ? '&before=' + enc(prev.result.next_before) : '');
+  const button = $(older ? '#search-older' : '#search-submit');
+  if (button) button.disabled = true;
+  const st = { ...q, messages: [], scanned: 0, open: new Set(), views: new Map(), result: null, error: null };
+  try {
+    st.result = await api('GET', path);
+    st.messages = st.result.messages;
+    st.scanned = st.result.scanned;
+    if (older && prev && prev.result) {
+      st.messages = st.messages.concat(prev.messages);
+      st.scanned += prev.scanned;
+      st.open = prev.open;
+      st.views = prev.views;
+    }
+  } catch (e) {
+    st.error = 'Finding failed: ' + explain(e);
+  } finally {
+    if (button) button.disabled = false;
+  }
+  if (route().name !== name) return; // the page changed meanwhile
+  state.search = st;
+  renderSearch(name);
+}
+
+// ---- publishing ----
+
+// renderPublish draws the publish form of the queue page, drawn once when
+// opened: what is typed stays until it is closed.
+function renderPublish(name) {
+  const el = $('#publish');
+  if (!el) return;
+  if (!state.publish) {
+    fill(el, h('h2', null, 'Publish'),
+      h('p', null, h('button', { id: 'publish-open', onclick: () => { state.publish = { queue: name }; renderPublish(name); } }, 'Publish a message…'),
+        h('span', { class: 'muted' }, ' Stored and delivered as any producer\'s message.')));
+    return;
+  }
+  fill(el, h('h2', null, 'Publish'),
+    h('form', { id: 'publish-form', class: 'form-grid', onsubmit: (ev) => { ev.preventDefault(); publishMessage(name); } },
+      h('label', { class: 'wide' }, h('span', null, 'Topic'),
+        h('span', { class: 'topic' }, h('code', null, '$queue/' + name + '/'),
+          h('input', { id: 'publish-subject', placeholder: 'subject (optional)', autocomplete: 'off' }))),
+      h('label', null, h('span', null, 'Key'), h('input', { id: 'publish-key', placeholder: 'the subject, or none', autocomplete: 'off' })),
+      h('label', null, h('span', null, 'Content type'), h('input', { id: 'publish-content-type', placeholder: 'optional', autocomplete: 'off' })),
+      h('label', { class: 'wide' }, h('span', null, 'Payload (text)'), h('textarea', { id: 'publish-payload', rows: 4 })),
+      h('fieldset', { class: 'wide', id: 'publish-props' }, h('legend', null, 'User properties'), h('div', { id: 'publish-prop-rows' }),
+        h('button', { type: 'button', id: 'publish-add-prop', class: 'small', onclick: () => addPropRow() }, 'Add property')),
+      h('div', { class: 'wide buttons' },
+        h('button', { type: 'submit', id: 'publish-submit' }, 'Publish…'),
+        h('button', { type: 'button', id: 'publish-close', class: 'link', onclick: () => { state.publish = null; renderPublish(name); } }, 'close')),
+      h('p', { class: 'wide error', id: 'publish-error', role: 'alert', hidden: true }),
+      h('p', { class: 'wide', id: 'publish-result', hidden: true })));
+}
+
+function addPropRow() {
+  const row = h('div', { class: 'prop-row' },
+    h('input', { class: 'prop-name', placeholder: 'name', 'aria-label': 'property name', autocomplete: 'off' }),
+    h('input', { class: 'prop-value', placeholder: 'value', 'aria-label': 'property value', autocomplete: 'off' }),
+    h('button', { type: 'button', class: 'link prop-remove', title: 'remove', onclick: () => row.remove() }, '×'));
+  $('#publish-prop-rows').append(row);
+  row.querySelector('.prop-name').focus();
+}
+
+async function publishMessage(name) {
+  const err = $('#publish-error');
+  const result = $('#publish-result');
+  err.hidden = true;
+  const body = {};
+  const subject = $('#publish-subject').value.trim();
+  const key = $('#publish-key').value;
+  const contentType = $('#publish-content-type').value.trim();
+  const payload = $('#publish-payload').value;
+  if (subject) body.subject = subject;
+  if (key) body.key = key;
+  if (contentType) body.content_type = contentType;
+  body.payload = payload;
+  const props = [];
+  for (const row of document.querySelectorAll('#publish-prop-rows .prop-row')) {
+    const n = row.querySelector('.prop-name').value;
+    const v = row.querySelector('.prop-value').value;
+    if (n === '' && v === '') continue;
+    if (n === '') {
+      fill(err, 'A user property has a value and no name.');
+      err.hidden = false;
+      return;
+    }
+    props.push({ name: n, value: v });
+  }
+  if (props.length) body.properties = props;
+  const topic = '$queue/' + name + (subject ? '/' + subject : '');
+  const keyText = key ? 'key ' + key : subject ? 'key ' + subject + ' (its subject)' : 'the empty key';
+  const out = await act($('#publish-submit'), 'Publish to ' + name + '?',
+    'A message of ' + plural(new TextEncoder().encode(payload).length, 'byte') + ' with ' + keyText +
+      (props.length ? ' and ' + plural(props.length, 'user property', 'user properties') : '') + ' is stored in ' + topic +
+      ' and delivered to the groups of ' + name + ' as any producer\'s message. Only a purge takes it back.',
+    'Publish',
+    () => api('POST', API + 'queues/' + enc(name) + '/messages', body),
+    (res) => res.msg_id ? 'Published ' + res.msg_id + ' to ' + res.topic + ' (partition ' + res.partition + ', offset ' + res.offset + ').' :
+      'Published to ' + res.topic + '; the node could not tell its msg-id.');
+  if (!out || !$('#publish-result')) return;
+  if (out.error) {
+    fill(err, out.error);
+    err.hidden = false;
+    return;
+  }
+  const id = out.res.msg_id;
+  fill(result, 'Published ', h('code', { id: 'published-id' }, id || '?'), ' ',
+    id ? h('button', { type: 'button', class: 'link', id: 'published-find', onclick: () => findID(name, id) }, 'find it') : null);
+  result.hidden = false;
+}
+
+// findID searches the queue page for one msg-id.
+function findID(name, id) {
+  $('#search-by').value = 'id';
+  $('#search-input').value = id;
+  $('#search-dlq').checked = false;
+  runSearch(name, false);
+  $('#search').scrollIntoView();
+}
+
+// ---- declaring a queue and changing its settings ----
+
+// The settings a form edits, named as the API names them: a list of
+// choices, or the kind of input.
+const SETTINGS = [
+  ['partitions', 'number'], ['ordering', ['key', 'partition', 'none']], ['ack_timeout', 'duration'],
+  ['max_deliveries', 'number'], ['prefetch', 'number'], ['key_inflight', 'number'],
+  ['start', 'text'], ['durability', ['fsync', 'async']], ['qos0', ['allow', 'refuse']],
+  ['retention', ['acked', 'time']], ['max_age', 'duration'], ['max_messages', 'number'], ['max_bytes', 'number'],
+  ['overflow', ['reject', 'drop-oldest']], ['retry_backoff', 'duration'], ['retry_backoff_max', 'duration'],
+  ['dedup_window', 'duration'], ['replication_factor', 'number'], ['ack_policy', ['quorum', 'leader']],
+];
+
+// openDeclare opens the form: for qv's settings, or (qv null) for a new
+// queue, names being those that exist.
+function openDeclare(qv, names) {
+  state.declare = { queue: qv ? qv.name : null, settings: qv ? { ...qv.settings } : null, names: names || [] };
+  renderDeclare();
+  $('#declare').scrollIntoView();
+}
+
+function renderDeclare() {
+  const el = $('#declare');
+  if (!el) return;
+  const d = state.declare;
+  if (!d) {
+    fill(el);
+    return;
+  }
+  const cur = d.settings;
+  const field = ([k, kind]) => {
+    const id = 'declare-' + k;
+    const now = cur ? cur[k] : undefined;
+    let input;
+    if (Array.isArray(kind)) {
+      const choices = [''].concat(kind);
+      if (now !== undefined && !choices.includes(String(now))) choices.push(String(now));
+      input = h('select', { id, name: k }, choices.map((c) => h('option', { value: c, selected: cur ? String(now) === c : c === '' },
+        c === '' ? (k === 'ack_policy' ? 'the cluster\'s default' : 'default') : c)));
+    } else {
+      input = h('input', { id, name: k, type: kind === 'number' ? 'number' : 'text', min: kind === 'number' ? 0 : null,
+        value: cur ? String(now) : null, placeholder: cur ? null : 'default',
+        list: k === 'start' ? 'declare-starts' : null, autocomplete: 'off' });
+    }
+    return h('label', null, h('span', null, k), input);
+  };
+  fill(el, h('h2', null, d.queue ? 'Settings of ' + d.queue : 'New queue'),
+    h('form', { id: 'declare-form', class: 'form-grid', onsubmit: (ev) => { ev.preventDefault(); declare(); } },
+      d.queue ? null : h('label', { class: 'wide' }, h('span', null, 'Name'),
+        h('input', { id: 'declare-name', required: true, placeholder: 'A-Z a-z 0-9 _ . - (up to 128)', autocomplete: 'off' })),
+      SETTINGS.map(field),
+      h('datalist', { id: 'declare-starts' }, h('option', { value: 'earliest' }), h('option', { value: 'latest' })),
+      h('p', { class: 'wide muted' }, d.queue ?
+        'A change applies at once; partitions can grow (on a single node), never shrink. Durations as 30s, 5m or 1h.' :
+        'Left empty, a setting takes the config\'s default for the name. Durations as 30s, 5m or 1h.'),
+      h('div', { class: 'wide buttons' },
+        h('button', { type: 'submit', id: 'declare-submit' }, d.queue ? 'Apply…' : 'Declare…'),
+        h('button', { type: 'button', id: 'declare-close', class: 'link', onclick: () => { state.declare = null; renderDeclare(); } }, 'close')),
+      h('p', { class: 'wide error', id: 'declare-error', role: 'alert', hidden: true })));
+  (d.queue ? $('#declare-ack_timeout') : $('#declare-name')).focus();
+}
+
+// declareBody reads the form: the settings changed (a new queue: those
+// given), as the API takes them.
+function declareBody(d) {
+  const body = {};
+  for (const [k, kind] of SETTINGS) {
+    const v = $('#declare-' + k).value.trim();
+    const now = d.settings ? String(d.settings[k]) : '';
+    if (v === now || (v === '' && !(Array.isArray(kind) && d.settings))) continue;
+    body[k] = kind === 'number' ? Number(v) : v;
+  }
+  return body;
+}
+
+async function declare() {
+  const d = state.declare;
+  const err = $('#declare-error');
+  err.hidden = true;
+  const name = d.queue || $('#declare-name').value.trim();
+  const body = declareBody(d);
+  const list = Object.entries(body).map(([k, v]) => k + ' ' + (d.settings ? String(d.settings[k]) + ' → ' : '') + (v === '' ? 'default' : String(v)));
+  if (d.queue && !list.length) {
+    fill(err, 'Nothing changed: edit a setting first.');
+    err.hidden = false;
+    return;
+  }
+  const exists = !d.queue && d.names.includes(name);
+  const out = await act($('#declare-submit'),
+    d.queue ? 'Change the settings of ' + name + '?' : exists ? 'Change the settings of ' + name + '?' : 'Declare ' + name + '?',
+    (d.queue ? 'The settings of ' + name + ' change at once: ' + list.join(', ') + '.' :
+      (exists ? name + ' exists: its settings change: ' : 'The queue ' + name + ' is created with ') +
+      (list.length ? list.join(', ') : 'the config\'s defaults') + (list.length && !exists ? ', the config\'s defaults for the rest' : '') + '.') +
+      ' They are kept across restarts, over the config file\'s.',
+    d.queue ? 'Apply' : 'Declare',
+    async () => {
+      const res = await api('PUT', API + 'queues/' + enc(name), body);
+      if (!d.queue) location.hash = '#/queues/' + enc(res.name);
+      return res;
+    },
+    (res) => (d.queue || exists ? 'Changed the settings of ' + res.name : 'Declared ' + res.name) +
+      (list.length ? ': ' + list.join(', ') : '') + '.');
+  if (!out || state.declare !== d) return;
+  if (out.error) {
+    fill(err, out.error);
+    err.hidden = false;
+    return;
+  }
+  state.declare = null;
+  renderDeclare();
+}
+
 // ---- start ----
 
 function navigate() {
@@ -1040,6 +1378,12 @@ function navigate() {
   delete main.dataset.view;
   state.dlq = null;
   state.peek = null;
+  state.search = null;
+  state.publish = null;
+  state.declare = null;
+  // What was said on another page is not about this one; a notice the
+  // change that led here raised (a queue declared, one deleted) stays.
+  if (noticeRoute !== location.hash) $('#notice').hidden = true;
   fill(main, h('p', { class: 'muted' }, 'Loading…'));
   refresh();
 }
