@@ -107,6 +107,14 @@ func (m *Manager) Release(ctx context.Context, id PartitionID) error {
 	for _, l := range p.leasesWhere(func(*Lease) bool { return true }) {
 		p.revokeLocked(l, &k)
 	}
+	q.unlockAll()
+	// A message on its way to the dead-letter queue is settled only once
+	// its copy is stored (deadLettered): that settlement goes with the
+	// flush, or the next owner counts the delivery as cut and dead-letters
+	// it again. Not served, the partition starts no more of them; each
+	// completes (a log never drops a write).
+	p.deadLetters.Wait()
+	q.lockAll()
 	b := new(Batch)
 	p.flushStateLocked(b)
 	done := make(chan error, 1)

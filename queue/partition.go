@@ -54,6 +54,10 @@ type partition struct {
 	// credit until the PUBACK comes, by seq, so that a PUBACK relayed
 	// from another node (which names the lease, not holds it) frees it.
 	slotHeld map[uint64]*Lease
+	// deadLetters counts its messages on their way to the dead-letter
+	// queue: each is settled once its copy is stored (deadLettered), and
+	// Release waits for them. Added to under mu; a WaitGroup of its own.
+	deadLetters sync.WaitGroup
 }
 
 // newPartition returns partition index of q, empty and not acquired; its

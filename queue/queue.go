@@ -498,6 +498,7 @@ func (q *Queue) deadLetterLocked(cur *cursor, m *Message, deliveries uint32, rea
 		return
 	}
 	dm := q.deadLetterCopy(cur.p.index, m, DeadLetter{Reason: reason, Deliveries: deliveries, Group: cur.g.name})
+	cur.p.deadLetters.Add(1) // until it is settled: Release waits for it
 	// The outcome is handled on its own goroutine: Publish may fail at once
 	// (dead-letter queue closed or full), and this runs with the lock held.
 	q.dlq.Publish(dm, func(err error) { go q.deadLettered(cur, m, deliveries, err) })
@@ -507,6 +508,7 @@ func (q *Queue) deadLetterLocked(cur *cursor, m *Message, deliveries uint32, rea
 // back for delivery when storing failed.
 func (q *Queue) deadLettered(cur *cursor, m *Message, deliveries uint32, err error) {
 	p := cur.p
+	defer p.deadLetters.Done()
 	var k kicks
 	p.mu.Lock()
 	cur = cur.g.cursors[p.index] // the partition may have been loaded again meanwhile
