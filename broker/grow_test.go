@@ -3,10 +3,12 @@ package broker_test
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/shardq/shardq/broker"
+	"github.com/shardq/shardq/queue"
 )
 
 // TestAdminGrowPartitions (SPEC 7, partition count): PUT with more
@@ -54,5 +56,50 @@ func TestAdminGrowPartitions(t *testing.T) {
 	refused(t, b, "PUT", put, adminToken, `{"partitions": 4}`, http.StatusConflict, "can grow, not shrink")
 	if v := get[broker.QueueView](t, b, "GET", put, adminToken, "", http.StatusOK); len(v.Partitions) != 6 {
 		t.Fatalf("the queue shows %d partitions after a refused shrink, not 6", len(v.Partitions))
+	}
+}
+
+// TestAdminSearchAfterGrowth: after a queue grew, a search by key finds
+// the key's messages in the partition of each count it had, newest
+// first, paging across them with next_before.
+func TestAdminSearchAfterGrowth(t *testing.T) {
+	b := startBroker(t, t.TempDir(), withToken)
+	put := "/api/v1/queues/orders"
+	get[broker.QueueView](t, b, "PUT", put, adminToken, `{"partitions": 1}`, http.StatusCreated)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprint("k", i); queue.PartitionFor(k, 2) == 1 {
+			key = k
+		}
+	}
+	prod := dialRaw(t, b.MQTTAddr(), "p", connectOpts{})
+	pub := func(from, to int) {
+		for i := from; i < to; i++ {
+			if code := prod.publish("$queue/orders", []byte(fmt.Sprint(i)), "key", key); code != 0 {
+				t.Fatalf("publish %d: %#x", i, code)
+			}
+			prod.publish("$queue/orders", []byte("other"), "key", "x")
+		}
+	}
+	pub(0, 4)
+	get[broker.QueueView](t, b, "PUT", put, adminToken, `{"partitions": 2}`, http.StatusOK)
+	pub(4, 7)
+	var got []string
+	path := "/api/v1/queues/orders/messages?limit=2&key=" + key
+	for before := ""; ; {
+		s := search(t, b, path+before)
+		var page []string
+		for _, m := range s.Messages {
+			page = append(page, fmt.Sprintf("%s@%d", m.Payload, m.Partition))
+		}
+		got = append(page, got...)
+		if !s.Truncated {
+			break
+		}
+		before = "&before=" + s.NextBefore
+	}
+	want := []string{"0@0", "1@0", "2@0", "3@0", "4@1", "5@1", "6@1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the key's messages, paged by 2: %v, want %v", got, want)
 	}
 }

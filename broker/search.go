@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 
@@ -24,9 +25,11 @@ import (
 // partitions.
 //
 // A queue whose partitions grew (queue.Growth) has a key's messages from
-// before the growth in the partition the old count gave it. The queue
-// does not tell its growths (no exported read), so a search by key reads
-// the key's partition under the current count only.
+// before each growth in the partition the count then gave it, below that
+// partition's cut: a search by key reads those segments (queue.KeySegments)
+// newest first, and next_before may name any of their partitions. A
+// dead-letter queue grows with its queue but keeps no cuts: a key's dead
+// letters are read, whole, in each partition one of its counts gave it.
 //
 // In a cluster the node asked reads the partition if it serves it, and
 // otherwise asks every other member (the gather of a peek): each answers
@@ -107,7 +110,7 @@ func (a *adminAPI) search(w http.ResponseWriter, r *http.Request, dlq bool) {
 	var (
 		offset uint64
 		limit  int
-		before = ^uint64(0)
+		segs   []queue.KeySegment
 	)
 	if qv.Has("id") {
 		out.ID = qv.Get("id")
@@ -124,7 +127,8 @@ func (a *adminAPI) search(w http.ResponseWriter, r *http.Request, dlq bool) {
 	} else {
 		key := qv.Get("key")
 		out.Key = &key
-		out.Partition = queue.PartitionFor(key, partitions)
+		segs = keySegments(q, a.b.manager.Queue(queue.ParentName(q.Name())), key)
+		out.Partition = segs[0].Partition
 		var err error
 		if limit, err = intParam(qv.Get("limit"), "limit", defaultSearch, 1, maxSearch); err != nil {
 			a.fail(w, r, http.StatusBadRequest, err)
@@ -132,11 +136,13 @@ func (a *adminAPI) search(w http.ResponseWriter, r *http.Request, dlq bool) {
 		}
 		if s := qv.Get("before"); s != "" {
 			p, o, err := queue.ParseMessageID(s)
-			if err != nil || p != out.Partition {
-				a.fail(w, r, http.StatusBadRequest, fmt.Errorf("before: want the next_before of the last answer, a msg-id of partition %d (the key's), got %q", out.Partition, s))
+			i := slices.IndexFunc(segs, func(sg queue.KeySegment) bool { return sg.Partition == p && o > sg.From && o <= sg.To })
+			if err != nil || i < 0 {
+				a.fail(w, r, http.StatusBadRequest, fmt.Errorf("before: want the next_before of the last answer, a msg-id of the key's partition %d, got %q", out.Partition, s))
 				return
 			}
-			before = o
+			segs = segs[i:]
+			segs[0].To = o
 		}
 	}
 
@@ -153,7 +159,7 @@ func (a *adminAPI) search(w http.ResponseWriter, r *http.Request, dlq bool) {
 	if out.ID != "" {
 		err = findID(r, q, &out, offset)
 	} else {
-		err = findKey(r, q, &out, limit, before)
+		err = findKey(r, q, &out, limit, segs)
 	}
 	if err != nil {
 		a.failErr(w, r, err)
@@ -182,46 +188,76 @@ func findID(r *http.Request, q *queue.Queue, out *MessageSearch, offset uint64) 
 	return nil
 }
 
-// findKey reads out.Partition from before (exclusive) back, keeping the
+// findKey reads the key's segments, each from its end back, keeping the
 // newest limit messages whose key is *out.Key.
-func findKey(r *http.Request, q *queue.Queue, out *MessageSearch, limit int, before uint64) error {
-	part := q.Info().Partitions[out.Partition]
-	first, hi := part.First, min(before, part.Committed)
-	var found []*queue.Message
-	for hi > first && len(found) < limit && out.Scanned < searchBudget {
-		n := min(uint64(searchPage), hi-first, uint64(searchBudget-out.Scanned))
-		from := hi - n
-		msgs, err := q.Peek(r.Context(), out.Partition, from, int(n))
-		if err != nil {
-			return err
-		}
-		// Newest first, so that the limit keeps the newest.
-		for i := len(msgs) - 1; i >= 0; i-- {
-			m := msgs[i]
-			if m.Offset >= hi {
-				continue // past a gap in the offsets: read already
-			}
-			out.Scanned++
-			if m.Key != *out.Key {
-				continue
-			}
-			found = append(found, m)
-			if len(found) == limit {
-				from = m.Offset // what is below it is left unread
-				break
-			}
-		}
-		hi = from
+func findKey(r *http.Request, q *queue.Queue, out *MessageSearch, limit int, segs []queue.KeySegment) error {
+	parts := q.Info().Partitions
+	type hit struct {
+		p int
+		m *queue.Message
 	}
-	if hi > first {
-		out.Truncated = true
-		out.NextBefore = queue.MessageID(out.Partition, hi)
+	var found []hit
+	for _, sg := range segs {
+		part := parts[sg.Partition]
+		first, hi := max(part.First, sg.From), min(sg.To, part.Committed)
+		for hi > first && len(found) < limit && out.Scanned < searchBudget {
+			n := min(uint64(searchPage), hi-first, uint64(searchBudget-out.Scanned))
+			from := hi - n
+			msgs, err := q.Peek(r.Context(), sg.Partition, from, int(n))
+			if err != nil {
+				return err
+			}
+			// Newest first, so that the limit keeps the newest.
+			for i := len(msgs) - 1; i >= 0; i-- {
+				m := msgs[i]
+				if m.Offset >= hi {
+					continue // past a gap in the offsets: read already
+				}
+				out.Scanned++
+				if m.Key != *out.Key {
+					continue
+				}
+				found = append(found, hit{sg.Partition, m})
+				if len(found) == limit {
+					from = m.Offset // what is below it is left unread
+					break
+				}
+			}
+			hi = from
+		}
+		if hi > first {
+			out.Truncated = true
+			out.NextBefore = queue.MessageID(sg.Partition, hi)
+			break
+		}
 	}
 	slices.Reverse(found)
-	for _, m := range found {
-		out.Messages = append(out.Messages, messageView(q.Name(), out.Partition, m))
+	for _, h := range found {
+		out.Messages = append(out.Messages, messageView(q.Name(), h.p, h.m))
 	}
 	return nil
+}
+
+// keySegments returns where the messages of key are in q, newest first
+// (queue.KeySegments); for a dead-letter queue, of queue parent, the
+// whole of each partition one of parent's counts gave the key.
+func keySegments(q, parent *queue.Queue, key string) []queue.KeySegment {
+	if !queue.IsDLQ(q.Name()) {
+		return queue.KeySegments(key, q.Partitions(), q.Growths())
+	}
+	var out []queue.KeySegment
+	counts := []int{q.Partitions()}
+	if parent != nil {
+		for _, gr := range slices.Backward(parent.Growths()) {
+			counts = append(counts, gr.From)
+		}
+	}
+	for _, n := range counts {
+		if p := queue.PartitionFor(key, n); !slices.ContainsFunc(out, func(sg queue.KeySegment) bool { return sg.Partition == p }) {
+			out = append(out, queue.KeySegment{Partition: p, To: math.MaxUint64})
+		}
+	}
+	return out
 }
 
 // searchElsewhere answers out's search with the answer of the node that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -89,6 +90,43 @@ func (m *Manager) grow(ctx context.Context, q *Queue, o Options) error {
 	}
 	m.log.Info("queue partitions grown", "queue", q.name, "from", len(cuts), "to", n)
 	return nil
+}
+
+// Growths returns the queue's growths, oldest first (none for a
+// dead-letter queue, which grows with its queue but keeps no cuts).
+func (q *Queue) Growths() []Growth {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.growths)
+}
+
+// KeySegment is where some of a key's messages are: partition Partition
+// from offset From up to (not including) To, math.MaxUint64 for no end.
+type KeySegment struct {
+	Partition int
+	From, To  uint64
+}
+
+// KeySegments returns where the messages of key are in a queue of
+// partitions partitions grown by growths, newest first: under each count
+// the key had one partition, from that growth's cut on.
+func KeySegments(key string, partitions int, growths []Growth) []KeySegment {
+	var out []KeySegment
+	p, to := PartitionFor(key, partitions), uint64(math.MaxUint64)
+	for i := len(growths) - 1; i >= 0; i-- {
+		gr := growths[i]
+		prev := PartitionFor(key, gr.From)
+		if prev == p {
+			continue // the key kept its partition: its messages go on below the cut
+		}
+		from := uint64(0) // a partition this growth added
+		if p < gr.From {
+			from = gr.Cuts[p]
+		}
+		out = append(out, KeySegment{Partition: p, From: from, To: to})
+		p, to = prev, gr.Cuts[prev]
+	}
+	return append(out, KeySegment{Partition: p, From: 0, To: to})
 }
 
 // addPartitionsLocked gives the group a cursor on each of ps, new

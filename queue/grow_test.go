@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"testing"
 
@@ -170,6 +172,38 @@ func TestQueueGrowUnderLoad(t *testing.T) {
 			last[k] = i
 			seen++
 			h.mustSettle(d, acked)
+		}
+	}
+}
+
+// TestQueueKeySegments: where a key's messages are after growths, newest
+// first.
+func TestQueueKeySegments(t *testing.T) {
+	end := uint64(math.MaxUint64)
+	key := func(of2, of3, of6 int) string {
+		for i := 0; ; i++ {
+			if c := fmt.Sprint("k", i); queue.PartitionFor(c, 2) == of2 && queue.PartitionFor(c, 3) == of3 && queue.PartitionFor(c, 6) == of6 {
+				return c
+			}
+		}
+	}
+	moving, staying := key(0, 1, 4), key(1, 1, 1)
+	growths := []queue.Growth{{From: 2, To: 3, Cuts: []uint64{10, 20}}, {From: 3, To: 6, Cuts: []uint64{30, 40, 50}}}
+	cases := []struct {
+		name       string
+		key        string
+		partitions int
+		growths    []queue.Growth
+		want       []queue.KeySegment
+	}{
+		{"never grown", moving, 2, nil, []queue.KeySegment{{Partition: 0, To: end}}},
+		{"moved to an old partition", moving, 3, growths[:1], []queue.KeySegment{{Partition: 1, From: 20, To: end}, {Partition: 0, To: 10}}},
+		{"moved twice, to a new partition", moving, 6, growths, []queue.KeySegment{{Partition: 4, To: end}, {Partition: 1, From: 20, To: 40}, {Partition: 0, To: 10}}},
+		{"kept its partition", staying, 6, growths, []queue.KeySegment{{Partition: 1, To: end}}},
+	}
+	for _, c := range cases {
+		if got := queue.KeySegments(c.key, c.partitions, c.growths); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
 }

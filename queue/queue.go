@@ -504,6 +504,10 @@ func (q *Queue) deadLetterLocked(cur *cursor, m *Message, deliveries uint32, rea
 	q.dlq.Publish(dm, func(err error) { go q.deadLettered(cur, m, deliveries, err) })
 }
 
+// deadLetterRetry is how long a message whose dead-lettering failed waits
+// before it is tried again.
+const deadLetterRetry = 100 * time.Millisecond
+
 // deadLettered settles m once its dead-letter copy is stored, or puts it
 // back for delivery when storing failed.
 func (q *Queue) deadLettered(cur *cursor, m *Message, deliveries uint32, err error) {
@@ -515,7 +519,11 @@ func (q *Queue) deadLettered(cur *cursor, m *Message, deliveries uint32, err err
 	if err != nil {
 		q.m.log.Error("dead-lettering failed; message stays in the queue", "queue", q.name, "group", cur.g.name,
 			"msg_id", MessageID(p.index, m.Offset), "err", err)
-		heap.Push(&cur.ready, &pending{m: m, deliveries: deliveries})
+		// Tried again after a pause: at once, a dead-letter queue that
+		// cannot take it (full, or its partition not served here yet)
+		// would be asked again and again, a goroutine each time.
+		cur.p.wantTickLocked()
+		heap.Push(&cur.retries, &pending{m: m, deliveries: deliveries, at: q.m.now().Add(deadLetterRetry)})
 	} else {
 		q.stats.DeadLettered.Add(1)
 		cur.g.stats.DeadLettered.Add(1)
