@@ -29,7 +29,8 @@ import (
 //	GET    /api/v1/queues/{q}                        one queue with its partitions and groups
 //	PUT    /api/v1/queues/{q}                        create or change a queue (settings, persisted)
 //	DELETE /api/v1/queues/{q}                        delete a queue with its groups and its DLQ
-//	GET    /api/v1/queues/{q}/messages               peek: ?partition=P&from=OFFSET&limit=N
+//	GET    /api/v1/queues/{q}/messages               peek: ?partition=P&from=OFFSET&limit=N; or find: ?key=K or ?id=P-O (search.go)
+//	POST   /api/v1/queues/{q}/messages               publish a message (publish.go)
 //	GET    /api/v1/queues/{q}/consumers              the clients consuming it (clients.go)
 //	POST   /api/v1/queues/{q}/purge                  delete every message
 //	DELETE /api/v1/queues/{q}/groups/{g}             delete a consumer group
