@@ -129,6 +129,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	mo.RingSize = cfg.Storage.RingSize
 	mo.MaxPayload = cfg.Storage.MaxPayload
 	mo.SyncInterval = cfg.Storage.SyncInterval
+	mo.CommitLinger = cfg.Storage.CommitLinger
 	mo.Logger = log
 	if err := b.instrument(&mo); err != nil {
 		_ = store.Close()

@@ -23,6 +23,13 @@ type LogStore interface {
 type LogOptions struct {
 	// MaxBatch caps the writes of one commit.
 	MaxBatch int
+	// Linger, under a steady load (a request came while the last batch
+	// was written), is how long a commit waits for more requests before
+	// it writes, unless LingerBatch of them are pending: fewer, larger
+	// commits, each with one sync, for at most Linger more latency. 0
+	// writes at once.
+	Linger      time.Duration
+	LingerBatch int
 	// OnCommit, if set, is told about every committed batch.
 	OnCommit func(CommitStats)
 	// Unsynced, if set, is told when a write is committed without a sync

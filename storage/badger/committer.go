@@ -32,7 +32,12 @@ type committer struct {
 	shard    *Shard
 	index    int
 	maxBatch int
-	observe  func(queue.CommitStats)
+	// linger and lingerBatch: see queue.LogOptions.Linger. full is
+	// signalled when lingerBatch requests are pending.
+	linger      time.Duration
+	lingerBatch int
+	full        chan struct{}
+	observe     func(queue.CommitStats)
 	// unsyncedNow, if set, is told when unsynced turns true.
 	unsyncedNow func()
 
@@ -58,6 +63,9 @@ func newCommitter(shard *Shard, index int, o queue.LogOptions) *committer {
 		shard:       shard,
 		index:       index,
 		maxBatch:    o.MaxBatch,
+		linger:      o.Linger,
+		lingerBatch: o.LingerBatch,
+		full:        make(chan struct{}, 1),
 		observe:     o.OnCommit,
 		unsyncedNow: o.Unsynced,
 		wake:        make(chan struct{}, 1),
@@ -80,13 +88,52 @@ func (c *committer) submit(r commitReq) {
 		return
 	}
 	c.pending = append(c.pending, r)
-	first := len(c.pending) == 1
+	first, full := len(c.pending) == 1, len(c.pending) == c.lingerBatch
 	c.mu.Unlock()
 	if first {
 		select {
 		case c.wake <- struct{}{}:
 		default:
 		}
+	}
+	if full {
+		select {
+		case c.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// lingerFor waits, under a steady load, up to c.linger for more
+// requests, or until lingerBatch are pending. Only a batch with a sync
+// waits: the sync is what more requests share; unsynced writes (a
+// cluster's applies, async queues) cost little each. c.mu must not be
+// held.
+func (c *committer) lingerFor(busy bool, t *time.Timer) {
+	if c.linger <= 0 || !busy {
+		return
+	}
+	c.mu.Lock()
+	n, closed, sync := len(c.pending), c.closed, anySync(c.pending)
+	c.mu.Unlock()
+	if closed || n >= c.lingerBatch || !sync {
+		return
+	}
+	select {
+	case <-c.full: // drained: a stale signal must not end the next wait at once
+	default:
+	}
+	c.mu.Lock()
+	n, closed = len(c.pending), c.closed // close or lingerBatch since: no wait
+	c.mu.Unlock()
+	if closed || n >= c.lingerBatch {
+		return
+	}
+	t.Reset(c.linger)
+	select {
+	case <-t.C:
+	case <-c.full:
+		t.Stop()
 	}
 }
 
@@ -136,9 +183,11 @@ func (c *committer) close() {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	for _, ch := range []chan struct{}{c.wake, c.full} { // full ends a linger
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 	<-c.stopped
 }
@@ -147,7 +196,15 @@ func (c *committer) run() {
 	defer close(c.completions)
 	var spare []commitReq
 	var b queue.Batch
+	// busy: requests came while the last batch was written, two at least,
+	// so more are on their way. A producer that waits for each PUBACK
+	// before its next publish (beside the odd write of a consumer's
+	// state) never makes it so: its commits never wait.
+	busy := false
+	t := time.NewTimer(time.Hour)
+	t.Stop()
 	for range c.wake {
+		c.lingerFor(busy, t)
 		c.mu.Lock()
 		reqs := c.pending
 		all := reqs
@@ -184,6 +241,9 @@ func (c *committer) run() {
 		}
 		clear(all)
 		spare = all[:0]
+		c.mu.Lock()
+		busy = len(c.pending) >= 2
+		c.mu.Unlock()
 		if closed {
 			c.mu.Lock()
 			left := len(c.pending)

@@ -3,7 +3,9 @@ package badger
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shardq/shardq/queue"
 )
@@ -139,4 +141,92 @@ func TestLogsTellWhenSomethingIsUnsynced(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Fatalf("a write without a sync after a sync told %d times, want 1", n)
 	}
+}
+
+// TestLogsLinger: a synced commit that finds writes which came while the
+// last batch was written (two at least) waits for more
+// (LogOptions.Linger), up to LingerBatch of them, and writes them as one
+// batch with one sync. A producer that waits for each write before the
+// next never makes a commit wait, nor do unsynced writes.
+func TestLogsLinger(t *testing.T) {
+	st := openTest(t, t.TempDir(), testOptions(1))
+	commits := make(chan int, 16)
+	var during func() // runs in the committer right after a batch is written
+	var mu sync.Mutex
+	logs, err := st.OpenLogs(queue.LogOptions{Linger: time.Hour, LingerBatch: 4, OnCommit: func(s queue.CommitStats) {
+		commits <- s.Requests
+		mu.Lock()
+		f := during
+		during = nil
+		mu.Unlock()
+		if f != nil {
+			f()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	l := logs.Log(queue.PartitionID{Queue: "q", Partition: 0}, func([]*queue.Message, error) {})
+	var next atomic.Uint64
+	write := func(sync bool) <-chan error {
+		done := make(chan error, 1)
+		l.Append(0, &queue.Message{Offset: next.Add(1) - 1, Payload: []byte("m")}, nil, sync, func(err error) { done <- err })
+		return done
+	}
+	wait := func(dones ...<-chan error) {
+		t.Helper()
+		for _, d := range dones {
+			select {
+			case err := <-d:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("a write waited for a linger it should not have")
+			}
+		}
+	}
+	expect := func(want int) {
+		t.Helper()
+		if got := <-commits; got != want {
+			t.Fatalf("a commit wrote %d requests, want %d", got, want)
+		}
+	}
+	// One at a time, each after the last is done: no commit waits.
+	for range 3 {
+		wait(write(true))
+		expect(1)
+	}
+	// Two writes that come while a batch is written: the next commit
+	// waits (an hour, here) until 4 are pending.
+	var dones []<-chan error
+	mu.Lock()
+	during = func() { dones = append(dones, write(true), write(true)) }
+	mu.Unlock()
+	wait(write(true))
+	expect(1)
+	for range 2 {
+		dones = append(dones, write(true))
+	}
+	wait(dones...)
+	expect(4)
+	// One alone is not a steady load: no wait.
+	var one <-chan error
+	mu.Lock()
+	during = func() { one = write(true) }
+	mu.Unlock()
+	wait(write(true))
+	expect(1)
+	wait(one)
+	expect(1)
+	// Unsynced writes: no sync to share, no wait.
+	var unsynced []<-chan error
+	mu.Lock()
+	during = func() { unsynced = append(unsynced, write(false), write(false)) }
+	mu.Unlock()
+	wait(write(true))
+	expect(1)
+	wait(unsynced...)
+	expect(2)
 }
