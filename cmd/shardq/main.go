@@ -49,7 +49,7 @@ commands:
   passwd             print a users file line (USER:BCRYPT-HASH) for a user
   migrate-shards     rewrite a stopped node's data directory to another storage.shards
   bench              run a load scenario against any MQTT broker
-  completion         print a bash or zsh completion script
+  completion         print a bash, zsh or fish completion script
 
 Run "shardq help <command>" (or "shardq <command> --help") for its flags.
 `
