@@ -701,7 +701,7 @@ func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, 
 	if n := len(q.partitions()); n > o.Partitions {
 		return nil, false, fmt.Errorf("%w: queue %q has %d partitions, asked for %d: a queue's partitions can grow, not shrink", ErrPartitionsChanged, name, n, o.Partitions)
 	} else if n < o.Partitions {
-		if err := m.grow(ctx, q, o); err != nil {
+		if err := m.grow(ctx, q, o, true); err != nil {
 			return nil, false, err
 		}
 	}

@@ -31,11 +31,12 @@ type Growth struct {
 var ErrGrowInCluster = errors.New("queue: partitions of a queue in a cluster cannot grow")
 
 // grow adds partitions to q up to o.Partitions, with o as its declared
-// settings. Publishes to q wait meanwhile (they take its partitions'
-// locks): the cut of each partition is its next offset when they
-// started to wait, recorded durably with the new count before anything
-// is published under it. m.admin must be held.
-func (m *Manager) grow(ctx context.Context, q *Queue, o Options) error {
+// settings (declared: set at run time; else the config file's). Publishes
+// to q wait meanwhile (they take its partitions' locks): the cut of each
+// partition is its next offset when they started to wait, recorded
+// durably with the new count before anything is published under it.
+// m.admin must be held.
+func (m *Manager) grow(ctx context.Context, q *Queue, o Options, declared bool) error {
 	if m.opts.ManualOwnership {
 		return fmt.Errorf("%w: queue %q has %d partitions; a queue of a cluster keeps its count for now: declare a new queue with more and move its producers and consumers to it",
 			ErrGrowInCluster, q.name, len(q.partitions()))
@@ -63,7 +64,14 @@ func (m *Manager) grow(ctx context.Context, q *Queue, o Options) error {
 		q.growWait.Store(nil)
 		close(wait)
 	}()
-	if err := m.persistDeclared(ctx, q.name, o, q.owner, growths, true); err != nil {
+	var err error
+	if declared {
+		err = m.persistDeclared(ctx, q.name, o, q.owner, growths, true)
+	} else {
+		err = m.logs.SaveQueues(ctx, []QueueMeta{{Name: q.name, Partitions: n, Owner: q.owner, Growths: growths},
+			{Name: DLQName(q.name), Partitions: n}})
+	}
+	if err != nil {
 		return err
 	}
 	var added []*partition
@@ -77,6 +85,7 @@ func (m *Manager) grow(ctx context.Context, q *Queue, o Options) error {
 		if x == q {
 			x.growths = growths
 		}
+		x.opts.Partitions = n
 		for _, p := range was {
 			p.mu.Unlock()
 		}

@@ -207,3 +207,40 @@ func TestQueueKeySegments(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueGrowByConfig: a queue declared in the config file grows when
+// the node starts with more partitions for it, keeping each key's order
+// and its settings the config's (not set at run time).
+func TestQueueGrowByConfig(t *testing.T) {
+	o := testOptions()
+	o.Partitions = 1
+	h := newHarness(t, nil)
+	h.mo.Declared = map[string]queue.Options{"q": o}
+	h.crash()
+	moved := keyIn(2, 1)
+	h.mustPublish("q", kmsg(moved, "m1"))
+	o.Partitions = 2
+	h.mo.Declared = map[string]queue.Options{"q": o}
+	h.crash()
+	if n := h.m.Queue("q").Partitions(); n != 2 {
+		t.Fatalf("started with 2 partitions in the config, the queue has %d", n)
+	}
+	if at, err := h.m.DeclaredAtRuntime(); err != nil || at["q"] {
+		t.Fatalf("grown by the config, q counts as declared at run time (%v)", err)
+	}
+	h.mustPublish("q", kmsg(moved, "m2"))
+	h.subscribe("q", "c", sub{prefetch: 10})
+	got := h.expect("m1#1")
+	h.mustSettle(got[0], acked)
+	h.tick(0)
+	h.expect("m2#1")
+	o.Partitions = 1
+	h.mo.Declared = map[string]queue.Options{"q": o}
+	queue.WaitWritten(h.m)
+	_ = h.store.Close()
+	h.store = h.store.Reopen()
+	h.mo.Store = h.store
+	if _, err := queue.NewManager(h.mo); !errors.Is(err, queue.ErrPartitionsChanged) {
+		t.Fatalf("starting with fewer partitions in the config: %v, want %v", err, queue.ErrPartitionsChanged)
+	}
+}

@@ -180,6 +180,11 @@ func (m *Manager) recover() error {
 	if err != nil {
 		return fmt.Errorf("queue: reading queue metadata: %w", err)
 	}
+	type growing struct {
+		q *Queue
+		o Options
+	}
+	var grows []growing
 	for _, meta := range metas {
 		if IsDLQ(meta.Name) {
 			continue
@@ -189,8 +194,11 @@ func (m *Manager) recover() error {
 			opts = *meta.Declared
 		}
 		if _, declared := m.opts.Declared[meta.Name]; declared && opts.Partitions != meta.Partitions {
-			return fmt.Errorf("%w: queue %q has %d partitions on disk, the config says %d: start with the config's count as it was, then grow the queue with PUT /api/v1/queues/%s (partitions), which also takes precedence over the config",
-				ErrPartitionsChanged, meta.Name, meta.Partitions, opts.Partitions, meta.Name)
+			if opts.Partitions < meta.Partitions || meta.Declared != nil || m.opts.ManualOwnership {
+				return fmt.Errorf("%w: queue %q has %d partitions on disk, the config says %d: a queue's partitions can grow, not shrink (and in a cluster not yet)",
+					ErrPartitionsChanged, meta.Name, meta.Partitions, opts.Partitions)
+			}
+			grows = append(grows, growing{o: opts}) // the config grew it: grown once it is served
 		}
 		opts.Partitions = meta.Partitions
 		q := m.build(meta.Name, opts)
@@ -199,8 +207,19 @@ func (m *Manager) recover() error {
 			return err
 		}
 		m.queues[q.name], m.queues[q.dlq.name] = q, q.dlq
+		if n := len(grows); n > 0 && grows[n-1].q == nil {
+			grows[n-1].q = q
+		}
 	}
 	m.log.Info("queues recovered", "queues", len(metas)/2)
+	for _, g := range grows {
+		m.admin.Lock()
+		err := m.grow(context.Background(), g.q, g.o, false)
+		m.admin.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
