@@ -142,6 +142,7 @@ func (c *cursor) purgeLocked(b *Batch, k *kicks) {
 	c.ready, c.pinned = nil, nil
 	c.aside, c.asideN = nil, 0
 	clear(c.keys)
+	c.gen++
 	c.parked = 0
 	c.ra, c.raPos, c.raFrom, c.raTo = nil, 0, 0, 0
 }
@@ -704,6 +705,11 @@ func (m *Manager) Declare(ctx context.Context, name string, o Options) (*Queue, 
 		if err := m.grow(ctx, q, o, true); err != nil {
 			return nil, false, err
 		}
+	}
+	// A growth whose new partitions were recorded but not all served (a
+	// storage error) is served now: acquiring a served partition is a no-op.
+	if err := m.acquireAll(q); err != nil {
+		return nil, false, err
 	}
 	if err := m.persistDeclared(ctx, name, o, q.owner, q.growths, false); err != nil {
 		return nil, false, err

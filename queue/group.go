@@ -86,6 +86,10 @@ type cursor struct {
 	// gated: its next message waits for the group to pass a growth's
 	// cuts on other partitions (the partition ticks meanwhile).
 	gated bool
+	// gen counts the purges of the cursor, which clear its key state: a
+	// dead-lettering that began before one does not pass on a key
+	// (deadLettered).
+	gen uint64
 	next  uint64 // first offset never read for delivery
 
 	// delivered is one past the highest offset leased since the partition
@@ -894,7 +898,8 @@ func (c *cursor) unblockLocked(m *Message) {
 	if ks.held--; ks.held > 0 {
 		// Others of the key are still out: its next message goes to
 		// their consumer, if all of them are leased (key_inflight).
-		if len(ks.waiting) > 0 && ks.out == ks.held && ks.owner != nil && !ks.owner.closed {
+		if len(ks.waiting) > 0 && ks.out == ks.held && ks.owner != nil && !ks.owner.closed &&
+			(c.g.sharding.members == 0 || ks.owner.accepts(ks.waiting[0].m)) {
 			if pd := ks.waiting[0]; pd.at.IsZero() && (pd.m.NotBefore.IsZero() || !pd.m.NotBefore.After(c.g.q.m.now())) {
 				ks.waiting[0] = nil
 				ks.waiting = ks.waiting[1:]

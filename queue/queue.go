@@ -499,9 +499,10 @@ func (q *Queue) deadLetterLocked(cur *cursor, m *Message, deliveries uint32, rea
 	}
 	dm := q.deadLetterCopy(cur.p.index, m, DeadLetter{Reason: reason, Deliveries: deliveries, Group: cur.g.name})
 	cur.p.deadLetters.Add(1) // until it is settled: Release waits for it
+	gen := cur.gen
 	// The outcome is handled on its own goroutine: Publish may fail at once
 	// (dead-letter queue closed or full), and this runs with the lock held.
-	q.dlq.Publish(dm, func(err error) { go q.deadLettered(cur, m, deliveries, err) })
+	q.dlq.Publish(dm, func(err error) { go q.deadLettered(cur, gen, m, deliveries, err) })
 }
 
 // deadLetterRetry is how long a message whose dead-lettering failed waits
@@ -509,13 +510,31 @@ func (q *Queue) deadLetterLocked(cur *cursor, m *Message, deliveries uint32, rea
 const deadLetterRetry = 100 * time.Millisecond
 
 // deadLettered settles m once its dead-letter copy is stored, or puts it
-// back for delivery when storing failed.
-func (q *Queue) deadLettered(cur *cursor, m *Message, deliveries uint32, err error) {
+// back for delivery when storing failed. gen is the cursor's generation
+// when m left circulation.
+func (q *Queue) deadLettered(cur *cursor, gen uint64, m *Message, deliveries uint32, err error) {
 	p := cur.p
 	defer p.deadLetters.Done()
 	var k kicks
 	p.mu.Lock()
-	cur = cur.g.cursors[p.index] // the partition may have been loaded again meanwhile
+	if now := cur.g.cursors[p.index]; now != cur || now.gen != gen {
+		// The cursor was replaced (a seek) or purged meanwhile: its key
+		// state is no longer m's, and what it holds of m came from storage
+		// or the seek point. Stored, m is settled there if still ahead;
+		// failed, the cursor finds m again where it was left.
+		if err == nil {
+			q.stats.DeadLettered.Add(1)
+			cur.g.stats.DeadLettered.Add(1)
+		}
+		if err == nil && m.Offset >= now.floor {
+			b := new(Batch)
+			now.settleLocked(m.Offset, b)
+			p.flushLocked(b)
+		}
+		now.dispatchLocked(q.m.now())
+		p.mu.Unlock()
+		return
+	}
 	if err != nil {
 		q.m.log.Error("dead-lettering failed; message stays in the queue", "queue", q.name, "group", cur.g.name,
 			"msg_id", MessageID(p.index, m.Offset), "err", err)

@@ -116,6 +116,38 @@ func TestQueueSharding(t *testing.T) {
 	})
 }
 
+// TestQueueShardingKeyInflight: with key_inflight, the next message of a
+// key goes to the consumer holding the key only if it takes that
+// message's shard (sharded by a property, one key's messages may be in
+// two shards); else it waits until the key is free.
+func TestQueueShardingKeyInflight(t *testing.T) {
+	by := []string{"p"}
+	shardOf := func(v string) int {
+		return queue.MessageShard(&queue.Message{Headers: queue.Headers{User: []queue.Property{{Name: "p", Value: v}}}}, by, 2)
+	}
+	x, y := "x", ""
+	for i := 0; y == ""; i++ {
+		if v := fmt.Sprint("y", i); shardOf(v) != shardOf(x) {
+			y = v
+		}
+	}
+	m := func(payload, v string) msg {
+		return msg{key: "K", payload: payload, props: []queue.Property{{Name: "p", Value: v}}}
+	}
+	shards := func(v string) *queue.Sharding { return &queue.Sharding{By: by, Count: 2, Shards: []int{shardOf(v)}} }
+	runScripts(t, []script{{
+		name: "the key's next message waits for a consumer of its shard",
+		opts: func(o *queue.Options) { o.Partitions, o.KeyInflight = 1, 3 },
+		subs: map[string]sub{"xs": {prefetch: 10, sharding: shards(x)}, "ys": {prefetch: 10, sharding: shards(y)}},
+		steps: []step{
+			{sub: "xs"},
+			{sub: "ys", pub: []msg{m("m1", x), m("m2", x), m("m3", y)}, want: []string{"xs:m1#1", "xs:m2#1"}},
+			{op: ack, of: "m1", want: []string{}},
+			{op: ack, of: "m2", want: []string{"ys:m3#1"}},
+		},
+	}})
+}
+
 // TestQueueShardingSpreads: with shard-by a user property, two consumers
 // sharing two shards get every message once, each at the consumer
 // MessageShard names, and in publish order for each value.
