@@ -89,8 +89,8 @@ type cursor struct {
 	// gen counts the purges of the cursor, which clear its key state: a
 	// dead-lettering that began before one does not pass on a key
 	// (deadLettered).
-	gen uint64
-	next  uint64 // first offset never read for delivery
+	gen  uint64
+	next uint64 // first offset never read for delivery
 
 	// delivered is one past the highest offset leased since the partition
 	// was loaded, persisted with the floor: when the partition is loaded
