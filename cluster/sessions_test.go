@@ -66,6 +66,13 @@ func TestSessionOutlivesItsNode(t *testing.T) {
 	if code, err := pub.publish("alerts/1", "", []byte("fire")); err != nil || code != 0 {
 		t.Fatalf("publish: %#x %v", code, err)
 	}
+	// mochi acknowledges a QoS 1 publish before it hands it to the
+	// subscribers, and handles one client's packets in turn: once a
+	// second publish of the same client is acknowledged, the first is
+	// queued for the session. A takeover in between would miss it.
+	if code, err := pub.publish("elsewhere/1", "", []byte("barrier")); err != nil || code != 0 {
+		t.Fatalf("publish: %#x %v", code, err)
+	}
 	back := dialSession(t, c.nodes[other].mqtt, "keeper", false)
 	waitCount(t, 1, 10*time.Second, back)
 	if got := back.received(); string(got[0].Payload) != "fire" || got[0].Topic != "alerts/1" {
