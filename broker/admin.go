@@ -740,7 +740,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, queue.ErrNoSuchQueue), errors.Is(err, queue.ErrNoSuchGroup), errors.Is(err, queue.ErrUnknownMessage):
 		return http.StatusNotFound
-	case errors.Is(err, queue.ErrBadMessageID), errors.Is(err, queue.ErrInvalidName),
+	case errors.Is(err, queue.ErrBadMessageID), errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidGroup),
 		errors.Is(err, queue.ErrBadPartitions), errors.Is(err, queue.ErrBadSeek), errors.As(err, &fe):
 		return http.StatusBadRequest
 	case errors.Is(err, queue.ErrPartitionsChanged), errors.Is(err, queue.ErrGrowInCluster), errors.Is(err, queue.ErrGroupActive), errors.Is(err, cluster.ErrReplicationChange):

@@ -263,6 +263,19 @@ func replicaInSync(c *testCluster, queue, node string) bool {
 	return true
 }
 
+// ackedBy returns the payloads the ledgers acknowledged.
+func ackedBy(ls ...*ledger) map[string]bool {
+	want := map[string]bool{}
+	for _, l := range ls {
+		l.mu.Lock()
+		for p := range l.acked {
+			want[p] = true
+		}
+		l.mu.Unlock()
+	}
+	return want
+}
+
 // drainOrders subscribes a consumer of group on every node and waits until
 // every message the ledgers acknowledged arrived, for as long as messages
 // keep arriving (30s without one ends the wait).
@@ -273,14 +286,7 @@ func drainOrders(tb testing.TB, c *testCluster, group string, ls ...*ledger) []a
 		cl := dial(tb, c.nodes[id].mqtt, "drain-"+group+"-"+id, 1024)
 		cl.subscribe("$share/" + group + "/$queue/orders")
 	}
-	want := map[string]bool{}
-	for _, l := range ls {
-		l.mu.Lock()
-		for p := range l.acked {
-			want[p] = true
-		}
-		l.mu.Unlock()
-	}
+	want := ackedBy(ls...)
 	seen, last := 0, time.Now()
 	for len(want) > 0 && time.Since(last) < 30*time.Second {
 		got := arrivals.since(start + seen)

@@ -74,8 +74,17 @@ type QueueInfo struct {
 	// again: its partitions' raft groups are named after it (groupName).
 	Incarnation uint64 `json:"incarnation,omitempty"`
 	// Owner is the tenant whose client created the queue (queue.Owner).
-	Owner   string `json:"owner,omitempty"`
-	created int64  // the key's create revision: one per incarnation
+	Owner string `json:"owner,omitempty"`
+	// Growths are the growths of its partitions, oldest first, without
+	// cuts: each old partition's server takes its own (queue.Growth).
+	Growths []queue.Growth `json:"growths,omitempty"`
+	created int64          // the key's create revision: one per incarnation
+}
+
+// shape is what the queue package needs of the entry to open the queue
+// as the catalog has it.
+func (qi QueueInfo) shape() queue.Catalogued {
+	return queue.Catalogued{Partitions: qi.Partitions, Growths: qi.Growths, Declared: qi.Declared}
 }
 
 // Ownership records who owns a partition, under which epoch. Session is
@@ -576,13 +585,13 @@ func (n *Node) changedView() {
 // partitions for it when the catalog has none. A queue the catalog holds
 // with another count is ErrPartitionsChanged when declared is set (this
 // node's config says partitions); otherwise the catalog's count is used.
-func (n *Node) catalogQueue(ctx context.Context, name string, partitions int, declared bool) (int, error) {
+func (n *Node) catalogQueue(ctx context.Context, name string, partitions int, declared bool) (QueueInfo, error) {
 	key := n.keys.queue(name)
 	var have QueueInfo
 	for {
 		inc, cmp, err := n.nextIncarnation(ctx, name)
 		if err != nil {
-			return 0, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
+			return QueueInfo{}, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
 		}
 		qi := QueueInfo{Partitions: partitions, Incarnation: inc, Owner: queue.OwnerFrom(ctx)}
 		info, _ := json.Marshal(qi)
@@ -592,14 +601,14 @@ func (n *Node) catalogQueue(ctx context.Context, name string, partitions int, de
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
-			return 0, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
+			return QueueInfo{}, fmt.Errorf("%w: recording queue %q in the cluster: %v", queue.ErrNotOwned, name, err)
 		}
 		if resp.Succeeded {
 			qi.created = resp.Header.Revision
 			n.mu.Lock()
 			n.view.queues[name] = qi
 			n.mu.Unlock()
-			return partitions, nil
+			return qi, nil
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 			_ = json.Unmarshal(kvs[0].Value, &have)
@@ -607,11 +616,13 @@ func (n *Node) catalogQueue(ctx context.Context, name string, partitions int, de
 		}
 		// The tombstone changed: deleted again meanwhile.
 	}
-	if declared && have.Partitions != partitions {
-		return 0, fmt.Errorf("%w: queue %q has %d partitions in the cluster, this node's config says %d",
-			queue.ErrPartitionsChanged, name, have.Partitions, partitions)
+	// A queue grown in the cluster keeps the count the config started it
+	// with, or less, in the config.
+	if grown := len(have.Growths) > 0 && partitions < have.Partitions; declared && have.Partitions != partitions && !grown {
+		return QueueInfo{}, fmt.Errorf("%w: queue %q has %d partitions in the cluster, this node's config says %d: the cluster's count grows through the admin API (PUT /api/v1/queues/%s), not the config",
+			queue.ErrPartitionsChanged, name, have.Partitions, partitions, name)
 	}
-	return have.Partitions, nil
+	return have, nil
 }
 
 // checkCatalog records the queues this node has in the cluster's catalog
@@ -621,12 +632,13 @@ func (n *Node) checkCatalog(ctx context.Context) error {
 		if queue.IsDLQ(q.Name()) {
 			continue
 		}
-		got, err := n.catalogQueue(ctx, q.Name(), q.Partitions(), true)
+		qi, err := n.catalogQueue(ctx, q.Name(), q.Partitions(), true)
 		if err != nil {
 			return err
 		}
-		if got != q.Partitions() {
-			return fmt.Errorf("%w: queue %q has %d partitions here, %d in the cluster", queue.ErrPartitionsChanged, q.Name(), q.Partitions(), got)
+		// Grown while this node was down: it grows too.
+		if _, err := n.m.Ensure(ctx, q.Name(), qi.shape()); err != nil {
+			return err
 		}
 	}
 	return nil

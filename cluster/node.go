@@ -122,6 +122,7 @@ type Node struct {
 	run       uint64
 	retained  *retainedState // retained messages in etcd (retained.go)
 	sessions  *keyWriter     // persistent sessions' records (sessions.go)
+	cuts      *cutAsker      // growths' cuts passed elsewhere (growth.go)
 	originSeq atomic.Uint64
 	// unreachable is why a member cannot be reached, nil when every one
 	// can (checkPeers). Guarded by mu.
@@ -216,6 +217,7 @@ func New(o Options) (*Node, error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.retained = newRetainedState(n)
 	n.sessions = newKeyWriter(n, "sessions")
+	n.cuts = newCutAsker(n)
 	if o.RaftStore != nil {
 		n.raft = newRaftHost(n, o.RaftStore)
 	}
@@ -268,6 +270,7 @@ func (n *Node) ManagerOptions(mo *queue.ManagerOptions) {
 	mo.ManualOwnership = true
 	mo.HandoverGrace = handoverGrace
 	mo.Forward = n.Publish
+	mo.CutPassed = n.cuts.passed
 	mo.OnQueue = func(*queue.Queue) { n.poke() }
 	admit := mo.Admit
 	mo.Admit = func(name string) error {

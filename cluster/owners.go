@@ -157,7 +157,7 @@ func (n *Node) reconcile(full bool) {
 		if n.ctx.Err() != nil {
 			return
 		}
-		q, err := n.ensureCataloged(name, qi.Partitions)
+		q, err := n.ensureCataloged(name, qi)
 		if err != nil {
 			n.log.Error("queue of the cluster's catalog", "queue", name, "err", err)
 			continue
@@ -189,7 +189,7 @@ func (n *Node) reconcile(full bool) {
 // ensureCataloged opens queue name here if the catalog still holds it,
 // nil if not: a queue deleted since the pass began is not opened again
 // after it was forgotten (forget waits for this).
-func (n *Node) ensureCataloged(name string, partitions int) (*queue.Queue, error) {
+func (n *Node) ensureCataloged(name string, qi QueueInfo) (*queue.Queue, error) {
 	n.forgetMu.Lock()
 	defer n.forgetMu.Unlock()
 	n.mu.Lock()
@@ -198,7 +198,7 @@ func (n *Node) ensureCataloged(name string, partitions int) (*queue.Queue, error
 	if !still {
 		return nil, nil
 	}
-	return n.m.Ensure(n.ctx, name, partitions)
+	return n.m.Ensure(n.ctx, name, qi.shape())
 }
 
 // reconcilePartition brings partition id in line with the view.

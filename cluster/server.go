@@ -107,7 +107,7 @@ func (s *server) Import(stream pb.Node_ImportServer) error {
 		}
 		id := queue.PartitionID{Queue: c.Partition.GetQueue(), Partition: int(c.Partition.GetPartition())}
 		if qi, ok := s.n.catalog(id.Queue); ok {
-			if _, err := s.n.m.Ensure(ctx, qi.name, qi.partitions); err != nil {
+			if _, err := s.n.m.Ensure(ctx, qi.name, qi.info.shape()); err != nil {
 				return stream.SendAndClose(&pb.ImportResponse{Result: toResult(0, err)})
 			}
 		}
@@ -171,8 +171,8 @@ func (s *server) Admin(ctx context.Context, req *pb.AdminRequest) (*pb.AdminResp
 }
 
 type catalogEntry struct {
-	name       string
-	partitions int
+	name string
+	info QueueInfo
 }
 
 // catalog returns the catalog's entry of the queue named (a dead-letter
@@ -185,5 +185,5 @@ func (n *Node) catalog(name string) (catalogEntry, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	qi, ok := n.view.queues[parent]
-	return catalogEntry{parent, qi.Partitions}, ok
+	return catalogEntry{parent, qi}, ok
 }

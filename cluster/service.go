@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,19 +44,19 @@ func (n *Node) open(ctx context.Context, name string) (*queue.Queue, error) {
 		return q, nil
 	}
 	parent := queue.ParentName(name)
-	partitions := 0
-	if e, ok := n.catalog(parent); ok {
-		partitions = e.partitions
-	} else {
+	e, ok := n.catalog(parent)
+	if !ok {
 		o, declared, err := n.m.NewQueueOptions(parent)
 		if err != nil {
 			return nil, err
 		}
-		if partitions, err = n.catalogQueue(ctx, parent, o.Partitions, declared); err != nil {
+		qi, err := n.catalogQueue(ctx, parent, o.Partitions, declared)
+		if err != nil {
 			return nil, err
 		}
+		e = catalogEntry{parent, qi}
 	}
-	q, err := n.m.Ensure(ctx, parent, partitions)
+	q, err := n.m.Ensure(ctx, parent, e.info.shape())
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func (n *Node) Settings(ctx context.Context, name string) (queue.Options, error)
 		return o, err
 	}
 	if e, ok := n.catalog(name); ok {
-		o.Partitions = e.partitions
+		o.Partitions = e.info.Partitions
 	}
 	return o, nil
 }
@@ -188,7 +189,8 @@ func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Messa
 }
 
 // waitAndRoute routes again once the ownership changed, or a moment
-// passed.
+// passed, to the partition the key has then: the queue may have grown,
+// and the partition refused a key that moved (queue.Growth).
 func (n *Node) waitAndRoute(ctx context.Context, id queue.PartitionID, msg *queue.Message, done func(error), deadline time.Time) {
 	n.mu.Lock()
 	ch := n.notify
@@ -201,6 +203,9 @@ func (n *Node) waitAndRoute(ctx context.Context, id queue.PartitionID, msg *queu
 	case <-n.ctx.Done():
 		done(queue.ErrClosed)
 		return
+	}
+	if q := n.m.Queue(id.Queue); q != nil {
+		id.Partition = queue.PartitionFor(msg.Key, q.Partitions())
 	}
 	n.route(ctx, id, msg, done, deadline)
 }
@@ -267,11 +272,11 @@ func (n *Node) Declare(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	partitions, err := n.catalogQueue(ctx, name, o.Partitions, declared)
+	qi, err := n.catalogQueue(ctx, name, o.Partitions, declared)
 	if err != nil {
 		return err
 	}
-	_, err = n.m.Ensure(ctx, name, partitions)
+	_, err = n.m.Ensure(ctx, name, qi.shape())
 	n.poke()
 	return err
 }
@@ -346,13 +351,14 @@ func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (
 	}
 	key := n.keys.queue(name)
 	isNew := false
+	var qi QueueInfo
 	for {
 		resp, err := n.etcd.Get(ctx, key)
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: reading queue %q from the cluster: %v", queue.ErrNotOwned, name, err)
 		}
 		decl := o
-		qi := QueueInfo{Partitions: o.Partitions, Declared: &decl}
+		qi = QueueInfo{Partitions: o.Partitions, Declared: &decl}
 		var cmps []clientv3.Cmp
 		if len(resp.Kvs) == 0 {
 			inc, tomb, err := n.nextIncarnation(ctx, name)
@@ -364,14 +370,15 @@ func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (
 		} else {
 			var have QueueInfo
 			_ = json.Unmarshal(resp.Kvs[0].Value, &have)
-			qi.Incarnation, qi.Owner = have.Incarnation, have.Owner
+			qi.Incarnation, qi.Owner, qi.Growths = have.Incarnation, have.Owner, have.Growths
 			if have.Partitions > o.Partitions {
 				return nil, false, fmt.Errorf("%w: queue %q has %d partitions in the cluster, asked for %d: a queue's partitions can grow, not shrink",
 					queue.ErrPartitionsChanged, name, have.Partitions, o.Partitions)
 			}
 			if have.Partitions < o.Partitions {
-				return nil, false, fmt.Errorf("%w: queue %q has %d partitions, asked for %d; a queue of a cluster keeps its count for now: declare a new queue with more and move its producers and consumers to it",
-					queue.ErrGrowInCluster, name, have.Partitions, o.Partitions)
+				// Every node grows the queue as it sees the entry; each
+				// old partition's server cuts it (queue.Growth).
+				qi.Growths = append(slices.Clone(have.Growths), queue.Growth{From: have.Partitions, To: o.Partitions})
 			}
 			if was, will := n.replicationFactor(name), n.effectiveFactor(name, o.ReplicationFactor); (was == 1) != (will == 1) {
 				return nil, false, fmt.Errorf("%w: queue %q has %d replicas per partition, asked for %d: a queue keeps one replica or several for its life; declare a new queue and move its consumers to it",
@@ -387,6 +394,11 @@ func (n *Node) DeclareQueue(ctx context.Context, name string, o queue.Options) (
 		if tr.Succeeded {
 			isNew = len(resp.Kvs) == 0
 			break
+		}
+	}
+	if !isNew {
+		if _, err := n.m.Ensure(ctx, name, qi.shape()); err != nil {
+			return nil, false, err
 		}
 	}
 	q, _, err := n.m.Declare(ctx, name, o)

@@ -26,6 +26,8 @@ var (
 	ErrBadMessageID = errors.New("queue: malformed msg-id")
 	// ErrInvalidName: not a valid queue name (1 to 128 characters of A-Z a-z 0-9 _ . -).
 	ErrInvalidName = errors.New("queue: invalid queue name")
+	// ErrInvalidGroup: not a valid group name (ValidGroupName).
+	ErrInvalidGroup = errors.New("queue: invalid group name")
 	// ErrNotParent: the operation needs a queue with a dead-letter queue,
 	// not a dead-letter queue.
 	ErrNotParent = errors.New("queue: a dead-letter queue has no dead-letter queue")
@@ -580,6 +582,9 @@ func replayMessage(dm *Message) (*Message, string) {
 func (q *Queue) appendReplayLocked(msg *Message, target string, done func(error)) error {
 	p := q.partitions()[PartitionFor(msg.Key, len(q.partitions()))]
 	if err := p.servingLocked(); err != nil {
+		return err
+	}
+	if err := p.movedLocked(msg.Key); err != nil {
 		return err
 	}
 	size := msg.Size()

@@ -86,6 +86,11 @@ type cursor struct {
 	// gated: its next message waits for the group to pass a growth's
 	// cuts on other partitions (the partition ticks meanwhile).
 	gated bool
+	// passed: the growths' source partitions of another node the group
+	// has passed (gatedByCluster), by count grown to and partition;
+	// born: when the cursor was made, which their answers must follow.
+	passed map[[2]int]bool
+	born   time.Time
 	// gen counts the purges of the cursor, which clear its key state: a
 	// dead-lettering that began before one does not pass on a key
 	// (deadLettered).
@@ -180,6 +185,9 @@ func newCursor(g *group, p *partition) *cursor {
 	c := &cursor{g: g, p: p, floor: p.first, next: p.first, delivered: p.first, savedDelivered: p.first, mark: p.first, asked: p.first,
 		settled: map[uint64]bool{}, counts: map[uint64]uint32{}, keys: map[string]*keyState{}, out: map[uint64]*Lease{}}
 	c.floorSeen.Store(c.floor)
+	if len(g.q.growths) > 0 {
+		c.born = g.q.m.now()
+	}
 	return c
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // Growth is one growth of a queue's partitions, from From to To, with
@@ -24,11 +26,168 @@ import (
 type Growth struct {
 	From int      `json:"from"`
 	To   int      `json:"to"`
-	Cuts []uint64 `json:"cuts"`
+	Cuts []uint64 `json:"cuts,omitempty"` // nil in a cluster: each partition keeps its own
+
 }
 
-// ErrGrowInCluster: a replicated queue's partitions cannot grow yet.
-var ErrGrowInCluster = errors.New("queue: partitions of a queue in a cluster cannot grow")
+// ErrGrowInCluster: a queue of a cluster grows through the cluster's
+// catalog (Manager.Ensure), not by a declaration on one node.
+var ErrGrowInCluster = errors.New("queue: partitions of a queue in a cluster grow through the cluster")
+
+// In a cluster (ManagerOptions.ManualOwnership) no node holds every
+// partition, so a growth's Cuts are nil and each old partition keeps its
+// own cut: its server takes it, as the partition's next offset, when it
+// learns of the growth (Manager.Ensure) or when it starts serving the
+// partition with the growth not yet cut there (loadLocked). The cut is
+// stored with the partition's writes, so the replicas of a replicated
+// partition agree on it through its log, and a moved partition takes it
+// along. It is stored as the floor of a reserved group name (cutGroup),
+// which no group can have (ValidGroupName): the storage, the replication
+// and the copies of a partition keep it with no format of their own.
+//
+// A cut taken later than the growth only holds the moved keys back a
+// little longer: what matters is that nothing of a moved key is stored
+// in the old partition after its cut. The partition's server refuses
+// such a publish from the moment it knows the growth (partition.grownTo),
+// so that its sender routes it again by the new count.
+
+// cutGroupPrefix starts the reserved group name under which a partition
+// stores its cut of the growth to a count: the count follows.
+const cutGroupPrefix = "#cut/"
+
+// ValidGroupName reports whether name can be a consumer group's: a share
+// name of MQTT, which holds no /, + or # (nor U+0000), and not empty.
+func ValidGroupName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "/+#\x00")
+}
+
+func cutGroup(to int) string { return cutGroupPrefix + strconv.Itoa(to) }
+
+// parseCutGroup returns the count of the growth whose cut a stored group
+// state of that name holds, if it is one.
+func parseCutGroup(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, cutGroupPrefix)
+	if !ok {
+		return 0, false
+	}
+	to, err := strconv.Atoi(rest)
+	return to, err == nil
+}
+
+// cutLocked records that partition p is cut at its next offset for every
+// growth of gs it has no cut of, into b. Every lock of the queue must be
+// held.
+func (p *partition) cutLocked(gs []Growth, b *Batch) {
+	for _, gr := range gs {
+		if gr.Cuts != nil || p.index >= gr.From {
+			continue
+		}
+		if _, ok := p.cuts[gr.To]; ok {
+			continue
+		}
+		if p.cuts == nil {
+			p.cuts = map[int]uint64{}
+		}
+		p.cuts[gr.To] = p.next
+		p.grownTo = max(p.grownTo, gr.To)
+		b.Floors = append(b.Floors, FloorWrite{Queue: p.q.name, Group: cutGroup(gr.To), Partition: p.index, Floor: p.next})
+	}
+}
+
+// movedLocked refuses a publish of key to the partition when a growth
+// this node has not seen yet (but the partition's log has: grownTo) gives
+// the key another partition: ErrNotOwned, so that its sender routes it
+// again. The partition's lock must be held.
+func (p *partition) movedLocked(key string) error {
+	if p.grownTo <= len(p.q.partitions()) || PartitionFor(key, p.grownTo) == p.index {
+		return nil
+	}
+	return fmt.Errorf("%w: %s/%d: the queue grew to %d partitions, and this key is another's", ErrNotOwned, p.q.name, p.index, p.grownTo)
+}
+
+// growTo grows q, a queue of a cluster, to the growths of the cluster's
+// catalog, whose last gives its count, with declared its declared
+// settings (nil: the config's): the new partitions are added, not served
+// (the cluster acquires them), and each partition served here is cut.
+func (m *Manager) growTo(ctx context.Context, q *Queue, growths []Growth, declared *Options) error {
+	n := growths[len(growths)-1].To
+	if declared != nil {
+		d := *declared
+		d.Partitions = n
+		declared = &d
+	}
+	if err := m.logs.SaveQueues(ctx, []QueueMeta{{Name: q.name, Partitions: n, Owner: q.owner, Growths: growths, Declared: declared},
+		{Name: DLQName(q.name), Partitions: n}}); err != nil {
+		return err
+	}
+	var cuts []func()
+	for _, x := range []*Queue{q, q.dlq} {
+		was := x.partitions()
+		x.lockAll()
+		if x == q {
+			for _, p := range was {
+				if !p.owned {
+					continue // cut by its server, or here when it is acquired
+				}
+				b := new(Batch)
+				p.cutLocked(growths, b)
+				if len(b.Floors) > 0 {
+					p.log.Append(p.epoch, nil, b, true, nil)
+					pi := p.index
+					cuts = append(cuts, func() {
+						m.log.Info("partition cut for a growth", "queue", q.name, "partition", pi, "to", n)
+					})
+				}
+			}
+		}
+		ps := x.addPartitions(n)
+		for _, g := range x.groups {
+			g.addPartitionsLocked(ps)
+		}
+		if x == q {
+			x.growths = slices.Clone(growths)
+		}
+		x.opts.Partitions = n
+		for _, p := range was {
+			p.mu.Unlock()
+		}
+		x.mu.Unlock()
+	}
+	for _, f := range cuts {
+		f()
+	}
+	m.log.Info("queue partitions grown", "queue", q.name, "to", n)
+	return nil
+}
+
+// CutPassed reports whether group has settled partition of queue name,
+// served here, up to its cut of the growth to count to: in a cluster,
+// the partitions of a growth ask the server of each partition their keys
+// can come from (Growth) before they deliver those keys. A partition not
+// served here is ErrNotOwned; one not cut yet, or a group it does not
+// know, has not passed.
+func (m *Manager) CutPassed(name, group string, to, partition int) (bool, error) {
+	q := m.Queue(name)
+	if q == nil {
+		return false, ErrNoSuchQueue
+	}
+	parts := q.partitions()
+	if partition < 0 || partition >= len(parts) {
+		return false, fmt.Errorf("%w: %s/%d", ErrNotOwned, name, partition)
+	}
+	p := parts[partition]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.servingLocked(); err != nil {
+		return false, err
+	}
+	cut, ok := p.cuts[to]
+	g := q.groups[group]
+	if !ok || g == nil {
+		return false, nil
+	}
+	return g.cursors[partition].floorSeen.Load() >= cut, nil
+}
 
 // grow adds partitions to q up to o.Partitions, with o as its declared
 // settings (declared: set at run time; else the config file's). Publishes
@@ -38,8 +197,7 @@ var ErrGrowInCluster = errors.New("queue: partitions of a queue in a cluster can
 // m.admin must be held.
 func (m *Manager) grow(ctx context.Context, q *Queue, o Options, declared bool) error {
 	if m.opts.ManualOwnership {
-		return fmt.Errorf("%w: queue %q has %d partitions; a queue of a cluster keeps its count for now: declare a new queue with more and move its producers and consumers to it",
-			ErrGrowInCluster, q.name, len(q.partitions()))
+		return fmt.Errorf("%w: queue %q has %d partitions here, asked for %d", ErrGrowInCluster, q.name, len(q.partitions()), o.Partitions)
 	}
 	n := o.Partitions
 	wait := make(chan struct{})
@@ -129,11 +287,14 @@ func KeySegments(key string, partitions int, growths []Growth) []KeySegment {
 			continue // the key kept its partition: its messages go on below the cut
 		}
 		from := uint64(0) // a partition this growth added
-		if p < gr.From {
-			from = gr.Cuts[p]
+		if p < gr.From && gr.Cuts != nil {
+			from = gr.Cuts[p] // in a cluster the cuts are the partitions' own: read all of it
 		}
 		out = append(out, KeySegment{Partition: p, From: from, To: to})
-		p, to = prev, gr.Cuts[prev]
+		p, to = prev, uint64(math.MaxUint64)
+		if gr.Cuts != nil {
+			to = gr.Cuts[prev]
+		}
 	}
 	return append(out, KeySegment{Partition: p, From: 0, To: to})
 }
@@ -172,6 +333,12 @@ func (c *cursor) gatedLocked(off uint64) bool {
 		if j >= gr.To {
 			continue // made by a later growth, whose cuts cover this one's
 		}
+		if gr.Cuts == nil {
+			if c.gatedByCluster(gr, off) {
+				return true
+			}
+			continue
+		}
 		if j < gr.From && off < gr.Cuts[j] {
 			continue // before the cut: placed by the old count
 		}
@@ -181,6 +348,48 @@ func (c *cursor) gatedLocked(off uint64) bool {
 				return true
 			}
 		}
+	}
+	return false
+}
+
+// gatedByCluster is gatedLocked for a growth of a queue of a cluster,
+// whose cuts are the partitions' own: a source partition served here is
+// read here (its cut and owned change only under every lock of the
+// queue, one of which is held), another is asked of its server through
+// ManagerOptions.CutPassed. What passed is kept for the cursor's life (a
+// seek or a new load makes a new cursor).
+func (c *cursor) gatedByCluster(gr Growth, off uint64) bool {
+	j := c.p.index
+	if j < gr.From {
+		cut, ok := c.p.cuts[gr.To]
+		if !ok {
+			return true // not cut yet: nothing is known to be before it
+		}
+		if off < cut {
+			return false
+		}
+	}
+	step := gcd(gr.From, gr.To)
+	parts := c.g.q.partitions()
+	for src := j % step; src < gr.From; src += step {
+		if src == j || c.passed[[2]int{gr.To, src}] {
+			continue
+		}
+		sp := parts[src]
+		if cut, ok := sp.cuts[gr.To]; ok && sp.owned {
+			if c.g.cursors[src].floorSeen.Load() < cut {
+				return true
+			}
+			continue // served here: read again next time, it is cheap
+		}
+		ask := c.g.q.m.opts.CutPassed
+		if ask == nil || !ask(c.g.q.name, c.g.name, gr.To, src, c.born) {
+			return true
+		}
+		if c.passed == nil {
+			c.passed = map[[2]int]bool{}
+		}
+		c.passed[[2]int{gr.To, src}] = true
 	}
 	return false
 }

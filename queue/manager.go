@@ -49,6 +49,13 @@ type ManagerOptions struct {
 	// runs once that node stored it, with msg.Offset set, or failed. Without
 	// it such a message is refused with ErrNotOwned.
 	Forward func(ctx context.Context, queue string, msg *Message, done func(error))
+	// CutPassed, if set, is asked in a cluster whether group has settled
+	// partition of queue, served by another node, up to its cut of the
+	// growth to count to (Manager.CutPassed there), by an answer taken
+	// after since. It is asked while a partition's lock is held: it must
+	// answer at once, from what it knows, and find out meanwhile; the
+	// partition asks again at each tick until it is true.
+	CutPassed func(queue, group string, to, partition int, since time.Time) bool
 	// OnCommit, if set, is told about every committed batch.
 	OnCommit func(CommitStats)
 	// OnAck, if set, is told about every acked message: its queue and when

@@ -178,33 +178,60 @@ func (m *Manager) Fence(id PartitionID, epoch uint64) error {
 	return p.log.Fence(epoch)
 }
 
-// Ensure opens the named queue, creating it with the given partition count
-// when it does not exist here (a queue another node of a cluster created).
-// A queue that exists with another count is ErrPartitionsChanged.
-func (m *Manager) Ensure(ctx context.Context, name string, partitions int) (*Queue, error) {
+// Ensure opens the named queue as the cluster's catalog has it, creating
+// it when it does not exist here (a queue another node of a cluster
+// created) and growing it when the catalog's count grew (a growth made
+// through another node, or while this one was down). A queue that exists
+// with another count is ErrPartitionsChanged.
+func (m *Manager) Ensure(ctx context.Context, name string, c Catalogued) (*Queue, error) {
+	partitions := c.Partitions
 	if q := m.Queue(name); q != nil {
-		if len(q.partitions()) != partitions {
-			return nil, fmt.Errorf("%w: queue %q has %d partitions here, the cluster's catalog says %d",
-				ErrPartitionsChanged, name, len(q.partitions()), partitions)
-		}
-		return q, nil
+		return q, m.ensureGrown(ctx, q, c)
 	}
 	if !ValidQueueName(name) || IsDLQ(name) {
 		return nil, ErrInvalidTopic
 	}
 	opts := m.optionsFor(name)
-	opts.Partitions = partitions
+	created := partitions
+	if len(c.Growths) > 0 {
+		created = c.Growths[0].From // grown below, its cuts taken as a grown queue's
+	}
+	opts.Partitions = created
 	q, _, err := m.create(ctx, name, func(ctx context.Context) error {
-		return m.persistMeta(ctx, name, partitions)
+		return m.persistMeta(ctx, name, created)
 	}, opts)
 	if err != nil {
 		return nil, err
 	}
-	if len(q.partitions()) != partitions {
-		return nil, fmt.Errorf("%w: queue %q has %d partitions here, the cluster's catalog says %d",
-			ErrPartitionsChanged, name, len(q.partitions()), partitions)
+	return q, m.ensureGrown(ctx, q, c)
+}
+
+// Catalogued is what a cluster's catalog says of a queue's shape: its
+// partition count, the growths that made it (oldest first, without cuts:
+// each partition keeps its own), and its declared settings (nil: each
+// node's config).
+type Catalogued struct {
+	Partitions int
+	Growths    []Growth
+	Declared   *Options
+}
+
+// ensureGrown grows q as c says, or reports how it differs.
+func (m *Manager) ensureGrown(ctx context.Context, q *Queue, c Catalogued) error {
+	n := len(q.partitions())
+	switch {
+	case n == c.Partitions:
+		return nil
+	case n < c.Partitions && len(c.Growths) > 0 && c.Growths[len(c.Growths)-1].To == c.Partitions:
+		m.admin.Lock()
+		defer m.admin.Unlock()
+		if len(q.partitions()) == c.Partitions {
+			return nil
+		}
+		return m.growTo(ctx, q, c.Growths, c.Declared)
 	}
-	return q, nil
+	return fmt.Errorf("%w: queue %q has %d partitions here, the cluster's catalog says %d",
+		ErrPartitionsChanged, q.name, n, c.Partitions)
 }
 
 // Partitions returns the queue's partition count.

@@ -76,6 +76,13 @@ func (m *Manager) acquire(p *partition, epoch uint64) error {
 	}
 	q.lockAll()
 	if p.epoch == epoch && !p.owned {
+		// A growth learnt since the load is cut as it would have been had
+		// the partition been served then.
+		b := new(Batch)
+		p.cutLocked(q.growths, b)
+		if b.Len() > 0 {
+			p.log.Append(epoch, nil, b, true, nil)
+		}
 		p.owned = true
 		p.wantTickLocked() // recovered leases' messages, retention below the floors
 		p.dispatchLocked(m.now())
@@ -206,6 +213,19 @@ func (p *partition) loadLocked(epoch uint64) (*Batch, error) {
 	q.dedup.sortOrder()
 	q.dedups.Store(len(q.dedup.order) > 0)
 	q.dedupMu.Unlock()
+	p.cuts, p.grownTo = nil, 0
+	groups := states[:0:0]
+	for _, st := range states {
+		if to, ok := parseCutGroup(st.Group); ok {
+			if p.cuts == nil {
+				p.cuts = map[int]uint64{}
+			}
+			p.cuts[to], p.grownTo = st.Floor, max(p.grownTo, to)
+			continue
+		}
+		groups = append(groups, st)
+	}
+	states = groups
 	for _, st := range states {
 		if q.groups[st.Group] == nil {
 			q.groups[st.Group] = newGroup(q, st.Group)
@@ -221,6 +241,9 @@ func (p *partition) loadLocked(epoch uint64) (*Batch, error) {
 	for _, st := range states {
 		q.groups[st.Group].cursors[i].restore(st, crashed)
 	}
+	// A growth its last server did not cut is cut now, before anything
+	// is published here (stored with the crashed deliveries' counts).
+	p.cutLocked(q.growths, crashed)
 	p.owned, p.epoch = false, epoch
 	return crashed, nil
 }

@@ -58,6 +58,13 @@ type partition struct {
 	// queue: each is settled once its copy is stored (deadLettered), and
 	// Release waits for them. Added to under mu; a WaitGroup of its own.
 	deadLetters sync.WaitGroup
+
+	// cuts are the partition's cuts of its queue's growths in a cluster,
+	// by the count grown to (Growth; cutLocked), and grownTo the largest
+	// such count: a key that count gives another partition is refused
+	// here. Written with every lock of the queue held.
+	cuts    map[int]uint64
+	grownTo int
 }
 
 // newPartition returns partition index of q, empty and not acquired; its

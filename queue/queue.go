@@ -162,6 +162,11 @@ again:
 		finish(done, err)
 		return
 	}
+	if err := p.movedLocked(msg.Key); err != nil {
+		p.mu.Unlock()
+		finish(done, err)
+		return
+	}
 	dedup := msg.DedupID != "" && q.opts.DedupWindow > 0
 	var entry *dedupEntry
 	if dedup {

@@ -74,6 +74,9 @@ type SoughtPartition struct {
 // is made at the point (in a cluster, a node whose partitions the group
 // has not read from yet).
 func (q *Queue) Seek(ctx context.Context, name string, to SeekTo, force, create bool) ([]SoughtPartition, error) {
+	if create && !ValidGroupName(name) {
+		return nil, fmt.Errorf("%w: %q: a group's name is an MQTT share name, which holds no /, + or #", ErrInvalidGroup, name)
+	}
 	if to.OnePartition && (to.Partition < 0 || to.Partition >= len(q.partitions())) {
 		return nil, fmt.Errorf("%w: queue %s has partitions 0 to %d, not %d", ErrBadPartitions, q.name, len(q.partitions())-1, to.Partition)
 	}

@@ -2665,6 +2665,126 @@ func (x *RaftEntry) GetTerm() uint64 {
 	return 0
 }
 
+type CutPassedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	To            int32                  `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"` // the partition count the queue grew to
+	Partition     int32                  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CutPassedRequest) Reset() {
+	*x = CutPassedRequest{}
+	mi := &file_cluster_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CutPassedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CutPassedRequest) ProtoMessage() {}
+
+func (x *CutPassedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CutPassedRequest.ProtoReflect.Descriptor instead.
+func (*CutPassedRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CutPassedRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *CutPassedRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *CutPassedRequest) GetTo() int32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *CutPassedRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+type CutPassedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *Result                `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"` // NOT_OWNED: the server does not serve the partition
+	Passed        bool                   `protobuf:"varint,2,opt,name=passed,proto3" json:"passed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CutPassedResponse) Reset() {
+	*x = CutPassedResponse{}
+	mi := &file_cluster_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CutPassedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CutPassedResponse) ProtoMessage() {}
+
+func (x *CutPassedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CutPassedResponse.ProtoReflect.Descriptor instead.
+func (*CutPassedResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CutPassedResponse) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CutPassedResponse) GetPassed() bool {
+	if x != nil {
+		return x.Passed
+	}
+	return false
+}
+
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
@@ -2882,7 +3002,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05erase\x18\v \x01(\bR\x05eraseJ\x04\b\f\x10\r\"Z\n" +
 	"\tRaftEntry\x123\n" +
 	"\x06writes\x18\x02 \x03(\v2\x1b.shardq.cluster.v1.LogWriteR\x06writes\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04termJ\x04\b\x01\x10\x02*\x9b\x02\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04termJ\x04\b\x01\x10\x02\"l\n" +
+	"\x10CutPassedRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x05R\x02to\x12\x1c\n" +
+	"\tpartition\x18\x04 \x01(\x05R\tpartition\"^\n" +
+	"\x11CutPassedResponse\x121\n" +
+	"\x06result\x18\x01 \x01(\v2\x19.shardq.cluster.v1.ResultR\x06result\x12\x16\n" +
+	"\x06passed\x18\x02 \x01(\bR\x06passed*\x9b\x02\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\r\n" +
 	"\tNOT_OWNED\x10\x01\x12\n" +
@@ -2917,7 +3045,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"\x06UNSENT\x10\x05\x12\f\n" +
 	"\bRETURNED\x10\x06\x12\v\n" +
-	"\aRELEASE\x10\a2\xca\x05\n" +
+	"\aRELEASE\x10\a2\xa2\x06\n" +
 	"\x04Node\x12Q\n" +
 	"\aPublish\x12\x1f.shardq.cluster.v1.PublishBatch\x1a!.shardq.cluster.v1.PublishResults(\x010\x01\x12K\n" +
 	"\aConsume\x12\x1c.shardq.cluster.v1.ConsumeUp\x1a\x1e.shardq.cluster.v1.ConsumeDown(\x010\x01\x12M\n" +
@@ -2927,7 +3055,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05Route\x12\x1d.shardq.cluster.v1.RouteBatch\x1a .shardq.cluster.v1.RouteResponse(\x01\x12S\n" +
 	"\bTakeover\x12\".shardq.cluster.v1.TakeoverRequest\x1a#.shardq.cluster.v1.TakeoverResponse\x12J\n" +
 	"\x05Admin\x12\x1f.shardq.cluster.v1.AdminRequest\x1a .shardq.cluster.v1.AdminResponse\x12G\n" +
-	"\x04Raft\x12\x1c.shardq.cluster.v1.RaftBatch\x1a\x1f.shardq.cluster.v1.RaftResponse(\x01B,Z*github.com/shardq/shardq/cluster/clusterpbb\x06proto3"
+	"\x04Raft\x12\x1c.shardq.cluster.v1.RaftBatch\x1a\x1f.shardq.cluster.v1.RaftResponse(\x01\x12V\n" +
+	"\tCutPassed\x12#.shardq.cluster.v1.CutPassedRequest\x1a$.shardq.cluster.v1.CutPassedResponseB,Z*github.com/shardq/shardq/cluster/clusterpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -2942,49 +3071,51 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_cluster_proto_goTypes = []any{
-	(Code)(0),                // 0: shardq.cluster.v1.Code
-	(SettleOp)(0),            // 1: shardq.cluster.v1.SettleOp
-	(*Property)(nil),         // 2: shardq.cluster.v1.Property
-	(*DeadLetter)(nil),       // 3: shardq.cluster.v1.DeadLetter
-	(*Message)(nil),          // 4: shardq.cluster.v1.Message
-	(*Publish)(nil),          // 5: shardq.cluster.v1.Publish
-	(*PublishBatch)(nil),     // 6: shardq.cluster.v1.PublishBatch
-	(*Result)(nil),           // 7: shardq.cluster.v1.Result
-	(*PublishResults)(nil),   // 8: shardq.cluster.v1.PublishResults
-	(*LeaseRef)(nil),         // 9: shardq.cluster.v1.LeaseRef
-	(*Subscribe)(nil),        // 10: shardq.cluster.v1.Subscribe
-	(*ConsumeUp)(nil),        // 11: shardq.cluster.v1.ConsumeUp
-	(*Delivery)(nil),         // 12: shardq.cluster.v1.Delivery
-	(*ConsumeDown)(nil),      // 13: shardq.cluster.v1.ConsumeDown
-	(*SettleRequest)(nil),    // 14: shardq.cluster.v1.SettleRequest
-	(*SettleBatch)(nil),      // 15: shardq.cluster.v1.SettleBatch
-	(*SettleResponse)(nil),   // 16: shardq.cluster.v1.SettleResponse
-	(*PartitionID)(nil),      // 17: shardq.cluster.v1.PartitionID
-	(*GroupState)(nil),       // 18: shardq.cluster.v1.GroupState
-	(*PartitionState)(nil),   // 19: shardq.cluster.v1.PartitionState
-	(*ImportChunk)(nil),      // 20: shardq.cluster.v1.ImportChunk
-	(*ImportResponse)(nil),   // 21: shardq.cluster.v1.ImportResponse
-	(*RoutedPublish)(nil),    // 22: shardq.cluster.v1.RoutedPublish
-	(*RouteBatch)(nil),       // 23: shardq.cluster.v1.RouteBatch
-	(*RouteResponse)(nil),    // 24: shardq.cluster.v1.RouteResponse
-	(*TakeoverRequest)(nil),  // 25: shardq.cluster.v1.TakeoverRequest
-	(*TakeoverResponse)(nil), // 26: shardq.cluster.v1.TakeoverResponse
-	(*AdminRequest)(nil),     // 27: shardq.cluster.v1.AdminRequest
-	(*AdminResponse)(nil),    // 28: shardq.cluster.v1.AdminResponse
-	(*RaftMessage)(nil),      // 29: shardq.cluster.v1.RaftMessage
-	(*RaftBatch)(nil),        // 30: shardq.cluster.v1.RaftBatch
-	(*RaftResponse)(nil),     // 31: shardq.cluster.v1.RaftResponse
-	(*RangeDelete)(nil),      // 32: shardq.cluster.v1.RangeDelete
-	(*FloorWrite)(nil),       // 33: shardq.cluster.v1.FloorWrite
-	(*SettleMark)(nil),       // 34: shardq.cluster.v1.SettleMark
-	(*DeliveryMark)(nil),     // 35: shardq.cluster.v1.DeliveryMark
-	(*DedupMark)(nil),        // 36: shardq.cluster.v1.DedupMark
-	(*LogWrite)(nil),         // 37: shardq.cluster.v1.LogWrite
-	(*RaftEntry)(nil),        // 38: shardq.cluster.v1.RaftEntry
-	nil,                      // 39: shardq.cluster.v1.GroupState.DeliveriesEntry
-	nil,                      // 40: shardq.cluster.v1.PartitionState.DedupsEntry
+	(Code)(0),                 // 0: shardq.cluster.v1.Code
+	(SettleOp)(0),             // 1: shardq.cluster.v1.SettleOp
+	(*Property)(nil),          // 2: shardq.cluster.v1.Property
+	(*DeadLetter)(nil),        // 3: shardq.cluster.v1.DeadLetter
+	(*Message)(nil),           // 4: shardq.cluster.v1.Message
+	(*Publish)(nil),           // 5: shardq.cluster.v1.Publish
+	(*PublishBatch)(nil),      // 6: shardq.cluster.v1.PublishBatch
+	(*Result)(nil),            // 7: shardq.cluster.v1.Result
+	(*PublishResults)(nil),    // 8: shardq.cluster.v1.PublishResults
+	(*LeaseRef)(nil),          // 9: shardq.cluster.v1.LeaseRef
+	(*Subscribe)(nil),         // 10: shardq.cluster.v1.Subscribe
+	(*ConsumeUp)(nil),         // 11: shardq.cluster.v1.ConsumeUp
+	(*Delivery)(nil),          // 12: shardq.cluster.v1.Delivery
+	(*ConsumeDown)(nil),       // 13: shardq.cluster.v1.ConsumeDown
+	(*SettleRequest)(nil),     // 14: shardq.cluster.v1.SettleRequest
+	(*SettleBatch)(nil),       // 15: shardq.cluster.v1.SettleBatch
+	(*SettleResponse)(nil),    // 16: shardq.cluster.v1.SettleResponse
+	(*PartitionID)(nil),       // 17: shardq.cluster.v1.PartitionID
+	(*GroupState)(nil),        // 18: shardq.cluster.v1.GroupState
+	(*PartitionState)(nil),    // 19: shardq.cluster.v1.PartitionState
+	(*ImportChunk)(nil),       // 20: shardq.cluster.v1.ImportChunk
+	(*ImportResponse)(nil),    // 21: shardq.cluster.v1.ImportResponse
+	(*RoutedPublish)(nil),     // 22: shardq.cluster.v1.RoutedPublish
+	(*RouteBatch)(nil),        // 23: shardq.cluster.v1.RouteBatch
+	(*RouteResponse)(nil),     // 24: shardq.cluster.v1.RouteResponse
+	(*TakeoverRequest)(nil),   // 25: shardq.cluster.v1.TakeoverRequest
+	(*TakeoverResponse)(nil),  // 26: shardq.cluster.v1.TakeoverResponse
+	(*AdminRequest)(nil),      // 27: shardq.cluster.v1.AdminRequest
+	(*AdminResponse)(nil),     // 28: shardq.cluster.v1.AdminResponse
+	(*RaftMessage)(nil),       // 29: shardq.cluster.v1.RaftMessage
+	(*RaftBatch)(nil),         // 30: shardq.cluster.v1.RaftBatch
+	(*RaftResponse)(nil),      // 31: shardq.cluster.v1.RaftResponse
+	(*RangeDelete)(nil),       // 32: shardq.cluster.v1.RangeDelete
+	(*FloorWrite)(nil),        // 33: shardq.cluster.v1.FloorWrite
+	(*SettleMark)(nil),        // 34: shardq.cluster.v1.SettleMark
+	(*DeliveryMark)(nil),      // 35: shardq.cluster.v1.DeliveryMark
+	(*DedupMark)(nil),         // 36: shardq.cluster.v1.DedupMark
+	(*LogWrite)(nil),          // 37: shardq.cluster.v1.LogWrite
+	(*RaftEntry)(nil),         // 38: shardq.cluster.v1.RaftEntry
+	(*CutPassedRequest)(nil),  // 39: shardq.cluster.v1.CutPassedRequest
+	(*CutPassedResponse)(nil), // 40: shardq.cluster.v1.CutPassedResponse
+	nil,                       // 41: shardq.cluster.v1.GroupState.DeliveriesEntry
+	nil,                       // 42: shardq.cluster.v1.PartitionState.DedupsEntry
 }
 var file_cluster_proto_depIdxs = []int32{
 	2,  // 0: shardq.cluster.v1.Message.user:type_name -> shardq.cluster.v1.Property
@@ -3002,9 +3133,9 @@ var file_cluster_proto_depIdxs = []int32{
 	1,  // 12: shardq.cluster.v1.SettleRequest.op:type_name -> shardq.cluster.v1.SettleOp
 	14, // 13: shardq.cluster.v1.SettleBatch.settles:type_name -> shardq.cluster.v1.SettleRequest
 	7,  // 14: shardq.cluster.v1.SettleResponse.result:type_name -> shardq.cluster.v1.Result
-	39, // 15: shardq.cluster.v1.GroupState.deliveries:type_name -> shardq.cluster.v1.GroupState.DeliveriesEntry
+	41, // 15: shardq.cluster.v1.GroupState.deliveries:type_name -> shardq.cluster.v1.GroupState.DeliveriesEntry
 	18, // 16: shardq.cluster.v1.PartitionState.groups:type_name -> shardq.cluster.v1.GroupState
-	40, // 17: shardq.cluster.v1.PartitionState.dedups:type_name -> shardq.cluster.v1.PartitionState.DedupsEntry
+	42, // 17: shardq.cluster.v1.PartitionState.dedups:type_name -> shardq.cluster.v1.PartitionState.DedupsEntry
 	17, // 18: shardq.cluster.v1.ImportChunk.partition:type_name -> shardq.cluster.v1.PartitionID
 	19, // 19: shardq.cluster.v1.ImportChunk.state:type_name -> shardq.cluster.v1.PartitionState
 	4,  // 20: shardq.cluster.v1.ImportChunk.messages:type_name -> shardq.cluster.v1.Message
@@ -3019,29 +3150,32 @@ var file_cluster_proto_depIdxs = []int32{
 	35, // 29: shardq.cluster.v1.LogWrite.deliveries:type_name -> shardq.cluster.v1.DeliveryMark
 	36, // 30: shardq.cluster.v1.LogWrite.dedups:type_name -> shardq.cluster.v1.DedupMark
 	37, // 31: shardq.cluster.v1.RaftEntry.writes:type_name -> shardq.cluster.v1.LogWrite
-	6,  // 32: shardq.cluster.v1.Node.Publish:input_type -> shardq.cluster.v1.PublishBatch
-	11, // 33: shardq.cluster.v1.Node.Consume:input_type -> shardq.cluster.v1.ConsumeUp
-	14, // 34: shardq.cluster.v1.Node.Settle:input_type -> shardq.cluster.v1.SettleRequest
-	15, // 35: shardq.cluster.v1.Node.Settles:input_type -> shardq.cluster.v1.SettleBatch
-	20, // 36: shardq.cluster.v1.Node.Import:input_type -> shardq.cluster.v1.ImportChunk
-	23, // 37: shardq.cluster.v1.Node.Route:input_type -> shardq.cluster.v1.RouteBatch
-	25, // 38: shardq.cluster.v1.Node.Takeover:input_type -> shardq.cluster.v1.TakeoverRequest
-	27, // 39: shardq.cluster.v1.Node.Admin:input_type -> shardq.cluster.v1.AdminRequest
-	30, // 40: shardq.cluster.v1.Node.Raft:input_type -> shardq.cluster.v1.RaftBatch
-	8,  // 41: shardq.cluster.v1.Node.Publish:output_type -> shardq.cluster.v1.PublishResults
-	13, // 42: shardq.cluster.v1.Node.Consume:output_type -> shardq.cluster.v1.ConsumeDown
-	16, // 43: shardq.cluster.v1.Node.Settle:output_type -> shardq.cluster.v1.SettleResponse
-	16, // 44: shardq.cluster.v1.Node.Settles:output_type -> shardq.cluster.v1.SettleResponse
-	21, // 45: shardq.cluster.v1.Node.Import:output_type -> shardq.cluster.v1.ImportResponse
-	24, // 46: shardq.cluster.v1.Node.Route:output_type -> shardq.cluster.v1.RouteResponse
-	26, // 47: shardq.cluster.v1.Node.Takeover:output_type -> shardq.cluster.v1.TakeoverResponse
-	28, // 48: shardq.cluster.v1.Node.Admin:output_type -> shardq.cluster.v1.AdminResponse
-	31, // 49: shardq.cluster.v1.Node.Raft:output_type -> shardq.cluster.v1.RaftResponse
-	41, // [41:50] is the sub-list for method output_type
-	32, // [32:41] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	7,  // 32: shardq.cluster.v1.CutPassedResponse.result:type_name -> shardq.cluster.v1.Result
+	6,  // 33: shardq.cluster.v1.Node.Publish:input_type -> shardq.cluster.v1.PublishBatch
+	11, // 34: shardq.cluster.v1.Node.Consume:input_type -> shardq.cluster.v1.ConsumeUp
+	14, // 35: shardq.cluster.v1.Node.Settle:input_type -> shardq.cluster.v1.SettleRequest
+	15, // 36: shardq.cluster.v1.Node.Settles:input_type -> shardq.cluster.v1.SettleBatch
+	20, // 37: shardq.cluster.v1.Node.Import:input_type -> shardq.cluster.v1.ImportChunk
+	23, // 38: shardq.cluster.v1.Node.Route:input_type -> shardq.cluster.v1.RouteBatch
+	25, // 39: shardq.cluster.v1.Node.Takeover:input_type -> shardq.cluster.v1.TakeoverRequest
+	27, // 40: shardq.cluster.v1.Node.Admin:input_type -> shardq.cluster.v1.AdminRequest
+	30, // 41: shardq.cluster.v1.Node.Raft:input_type -> shardq.cluster.v1.RaftBatch
+	39, // 42: shardq.cluster.v1.Node.CutPassed:input_type -> shardq.cluster.v1.CutPassedRequest
+	8,  // 43: shardq.cluster.v1.Node.Publish:output_type -> shardq.cluster.v1.PublishResults
+	13, // 44: shardq.cluster.v1.Node.Consume:output_type -> shardq.cluster.v1.ConsumeDown
+	16, // 45: shardq.cluster.v1.Node.Settle:output_type -> shardq.cluster.v1.SettleResponse
+	16, // 46: shardq.cluster.v1.Node.Settles:output_type -> shardq.cluster.v1.SettleResponse
+	21, // 47: shardq.cluster.v1.Node.Import:output_type -> shardq.cluster.v1.ImportResponse
+	24, // 48: shardq.cluster.v1.Node.Route:output_type -> shardq.cluster.v1.RouteResponse
+	26, // 49: shardq.cluster.v1.Node.Takeover:output_type -> shardq.cluster.v1.TakeoverResponse
+	28, // 50: shardq.cluster.v1.Node.Admin:output_type -> shardq.cluster.v1.AdminResponse
+	31, // 51: shardq.cluster.v1.Node.Raft:output_type -> shardq.cluster.v1.RaftResponse
+	40, // 52: shardq.cluster.v1.Node.CutPassed:output_type -> shardq.cluster.v1.CutPassedResponse
+	43, // [43:53] is the sub-list for method output_type
+	33, // [33:43] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -3055,7 +3189,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,15 +23,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Node_Publish_FullMethodName  = "/shardq.cluster.v1.Node/Publish"
-	Node_Consume_FullMethodName  = "/shardq.cluster.v1.Node/Consume"
-	Node_Settle_FullMethodName   = "/shardq.cluster.v1.Node/Settle"
-	Node_Settles_FullMethodName  = "/shardq.cluster.v1.Node/Settles"
-	Node_Import_FullMethodName   = "/shardq.cluster.v1.Node/Import"
-	Node_Route_FullMethodName    = "/shardq.cluster.v1.Node/Route"
-	Node_Takeover_FullMethodName = "/shardq.cluster.v1.Node/Takeover"
-	Node_Admin_FullMethodName    = "/shardq.cluster.v1.Node/Admin"
-	Node_Raft_FullMethodName     = "/shardq.cluster.v1.Node/Raft"
+	Node_Publish_FullMethodName   = "/shardq.cluster.v1.Node/Publish"
+	Node_Consume_FullMethodName   = "/shardq.cluster.v1.Node/Consume"
+	Node_Settle_FullMethodName    = "/shardq.cluster.v1.Node/Settle"
+	Node_Settles_FullMethodName   = "/shardq.cluster.v1.Node/Settles"
+	Node_Import_FullMethodName    = "/shardq.cluster.v1.Node/Import"
+	Node_Route_FullMethodName     = "/shardq.cluster.v1.Node/Route"
+	Node_Takeover_FullMethodName  = "/shardq.cluster.v1.Node/Takeover"
+	Node_Admin_FullMethodName     = "/shardq.cluster.v1.Node/Admin"
+	Node_Raft_FullMethodName      = "/shardq.cluster.v1.Node/Raft"
+	Node_CutPassed_FullMethodName = "/shardq.cluster.v1.Node/CutPassed"
 )
 
 // NodeClient is the client API for Node service.
@@ -65,6 +66,9 @@ type NodeClient interface {
 	// Raft carries the raft messages of every replicated partition from the
 	// caller to the server.
 	Raft(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftResponse], error)
+	// CutPassed asks whether a group has settled a partition the server
+	// serves up to its cut of a growth of its queue's partitions.
+	CutPassed(ctx context.Context, in *CutPassedRequest, opts ...grpc.CallOption) (*CutPassedResponse, error)
 }
 
 type nodeClient struct {
@@ -183,6 +187,16 @@ func (c *nodeClient) Raft(ctx context.Context, opts ...grpc.CallOption) (grpc.Cl
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_RaftClient = grpc.ClientStreamingClient[RaftBatch, RaftResponse]
 
+func (c *nodeClient) CutPassed(ctx context.Context, in *CutPassedRequest, opts ...grpc.CallOption) (*CutPassedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CutPassedResponse)
+	err := c.cc.Invoke(ctx, Node_CutPassed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServer is the server API for Node service.
 // All implementations must embed UnimplementedNodeServer
 // for forward compatibility.
@@ -214,6 +228,9 @@ type NodeServer interface {
 	// Raft carries the raft messages of every replicated partition from the
 	// caller to the server.
 	Raft(grpc.ClientStreamingServer[RaftBatch, RaftResponse]) error
+	// CutPassed asks whether a group has settled a partition the server
+	// serves up to its cut of a growth of its queue's partitions.
+	CutPassed(context.Context, *CutPassedRequest) (*CutPassedResponse, error)
 	mustEmbedUnimplementedNodeServer()
 }
 
@@ -250,6 +267,9 @@ func (UnimplementedNodeServer) Admin(context.Context, *AdminRequest) (*AdminResp
 }
 func (UnimplementedNodeServer) Raft(grpc.ClientStreamingServer[RaftBatch, RaftResponse]) error {
 	return status.Error(codes.Unimplemented, "method Raft not implemented")
+}
+func (UnimplementedNodeServer) CutPassed(context.Context, *CutPassedRequest) (*CutPassedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CutPassed not implemented")
 }
 func (UnimplementedNodeServer) mustEmbedUnimplementedNodeServer() {}
 func (UnimplementedNodeServer) testEmbeddedByValue()              {}
@@ -368,6 +388,24 @@ func _Node_Raft_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Node_RaftServer = grpc.ClientStreamingServer[RaftBatch, RaftResponse]
 
+func _Node_CutPassed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CutPassedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServer).CutPassed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Node_CutPassed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServer).CutPassed(ctx, req.(*CutPassedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Node_ServiceDesc is the grpc.ServiceDesc for Node service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -386,6 +424,10 @@ var Node_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Admin",
 			Handler:    _Node_Admin_Handler,
+		},
+		{
+			MethodName: "CutPassed",
+			Handler:    _Node_CutPassed_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
