@@ -1312,7 +1312,7 @@ function renderDeclare() {
       SETTINGS.map(field),
       h('datalist', { id: 'declare-starts' }, h('option', { value: 'earliest' }), h('option', { value: 'latest' })),
       h('p', { class: 'wide muted' }, d.queue ?
-        'A change applies at once; partitions can grow (on a single node), never shrink. Durations as 30s, 5m or 1h.' :
+        'A change applies at once; partitions can grow, never shrink. Durations as 30s, 5m or 1h.' :
         'Left empty, a setting takes the config\'s default for the name. Durations as 30s, 5m or 1h.'),
       h('div', { class: 'wide buttons' },
         h('button', { type: 'submit', id: 'declare-submit' }, d.queue ? 'Apply…' : 'Declare…'),
