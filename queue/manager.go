@@ -202,8 +202,8 @@ func (m *Manager) recover() error {
 		}
 		if _, declared := m.opts.Declared[meta.Name]; declared && opts.Partitions != meta.Partitions {
 			if opts.Partitions < meta.Partitions || meta.Declared != nil || m.opts.ManualOwnership {
-				return fmt.Errorf("%w: queue %q has %d partitions on disk, the config says %d: a queue's partitions can grow, not shrink (and in a cluster not yet)",
-					ErrPartitionsChanged, meta.Name, meta.Partitions, opts.Partitions)
+				return fmt.Errorf("%w: queue %q has %d partitions on disk, the config says %d: a queue's partitions can grow, not shrink (and in a cluster only through PUT /api/v1/queues/%s)",
+					ErrPartitionsChanged, meta.Name, meta.Partitions, opts.Partitions, meta.Name)
 			}
 			grows = append(grows, growing{o: opts}) // the config grew it: grown once it is served
 		}
