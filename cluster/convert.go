@@ -107,7 +107,7 @@ func fromPBLease(w *pb.LeaseRef) queue.LeaseRef {
 func toPBState(st queue.PartitionState) *pb.PartitionState {
 	w := &pb.PartitionState{First: st.First, Next: st.Next}
 	for _, g := range st.Groups {
-		w.Groups = append(w.Groups, &pb.GroupState{Group: g.Group, Floor: g.Floor, Settled: g.Settled, Deliveries: g.Deliveries, Delivered: g.Delivered})
+		w.Groups = append(w.Groups, &pb.GroupState{Group: g.Group, Floor: g.Floor, Settled: g.Settled, Deliveries: g.Deliveries, Delivered: g.Delivered, Filter: g.Filter})
 	}
 	if len(st.Dedups) > 0 {
 		w.Dedups = make(map[string]int64, len(st.Dedups))
@@ -121,7 +121,7 @@ func toPBState(st queue.PartitionState) *pb.PartitionState {
 func fromPBState(w *pb.PartitionState) *queue.PartitionState {
 	st := &queue.PartitionState{First: w.First, Next: w.Next}
 	for _, g := range w.Groups {
-		st.Groups = append(st.Groups, queue.GroupState{Group: g.Group, Floor: g.Floor, Settled: g.Settled, Deliveries: g.Deliveries, Delivered: g.Delivered})
+		st.Groups = append(st.Groups, queue.GroupState{Group: g.Group, Floor: g.Floor, Settled: g.Settled, Deliveries: g.Deliveries, Delivered: g.Delivered, Filter: g.Filter})
 	}
 	if len(w.Dedups) > 0 {
 		st.Dedups = make(map[string]time.Time, len(w.Dedups))

@@ -1344,6 +1344,7 @@ type GroupState struct {
 	Settled       []uint64               `protobuf:"varint,3,rep,packed,name=settled,proto3" json:"settled,omitempty"`
 	Deliveries    map[uint64]uint32      `protobuf:"bytes,4,rep,name=deliveries,proto3" json:"deliveries,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Delivered     uint64                 `protobuf:"varint,5,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	Filter        string                 `protobuf:"bytes,6,opt,name=filter,proto3" json:"filter,omitempty"` // the group's subject filter
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1411,6 +1412,13 @@ func (x *GroupState) GetDelivered() uint64 {
 		return x.Delivered
 	}
 	return 0
+}
+
+func (x *GroupState) GetFilter() string {
+	if x != nil {
+		return x.Filter
+	}
+	return ""
 }
 
 type PartitionState struct {
@@ -2892,7 +2900,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x06result\x18\x01 \x01(\v2\x19.shardq.cluster.v1.ResultR\x06result\"A\n" +
 	"\vPartitionID\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\xfe\x01\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\"\x96\x02\n" +
 	"\n" +
 	"GroupState\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
@@ -2901,7 +2909,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x04 \x03(\v2-.shardq.cluster.v1.GroupState.DeliveriesEntryR\n" +
 	"deliveries\x12\x1c\n" +
-	"\tdelivered\x18\x05 \x01(\x04R\tdelivered\x1a=\n" +
+	"\tdelivered\x18\x05 \x01(\x04R\tdelivered\x12\x16\n" +
+	"\x06filter\x18\x06 \x01(\tR\x06filter\x1a=\n" +
 	"\x0fDeliveriesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xf3\x01\n" +
