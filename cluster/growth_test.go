@@ -10,8 +10,12 @@ import (
 	"time"
 )
 
-const growConfig = "queues:\n  declared:\n    orders:\n      partitions: 4\n      retention: time\n      max_age: 1h\n      replication_factor: %d\n"
+const growConfig = "queues:\n  declared:\n    orders:\n      partitions: 4\n      retention: time\n      max_age: 1h\n      ack_timeout: 5s\n      replication_factor: %d\n"
 
+// growConfig's ack_timeout is short: a delivery lost with the node killed
+// below holds back, until it is redelivered, the moved keys that follow
+// it in the group.
+//
 // TestGrowAcrossNodes (SPEC 7, partition count in a cluster): a queue of
 // three nodes, replicated on all three, grows from 4 to 8 partitions
 // through the admin API while producers on every node publish and a
@@ -19,7 +23,8 @@ const growConfig = "queues:\n  declared:\n    orders:\n      partitions: 4\n    
 // messages reach the group in order across the growth, and a group made
 // afterwards, which reads the whole queue from its start (the moved keys
 // in their old partitions, then in their new ones), gets them all in
-// order too. The count holds on every node, and survives a node's
+// order too, though the leader of an old partition was killed as the
+// growth spread. The count holds on every node, and survives a node's
 // restart. The same with one replica per partition, whose owner cuts it
 // alone.
 func TestGrowAcrossNodes(t *testing.T) {
@@ -78,11 +83,22 @@ func testGrowAcrossNodes(t *testing.T, rf int) {
 	waitUntil(t, 20*time.Second, "300 messages acknowledged before the growth", func() bool { return acked() >= 300 })
 
 	before := acked()
+	begin := time.Now()
 	status, body := c.call("b", http.MethodPut, "/api/v1/queues/orders", `{"partitions": 8}`)
 	if status != http.StatusOK {
 		t.Fatalf("PUT partitions 8 through b: HTTP %d %s", status, body)
 	}
+	if rf > 1 {
+		// The leader of an old partition is killed as the growth spreads,
+		// and comes back: the partition's next leader has its cut from
+		// the replicated log, or takes one.
+		victim := c.owners("orders")[0].Owner
+
+		c.nodes[victim].kill()
+		c.start(victim)
+	}
 	placed(8)
+	t.Logf("%s: grown and placed", time.Since(begin).Round(time.Millisecond))
 	waitUntil(t, 30*time.Second, "600 more messages acknowledged after the growth", func() bool { return acked() >= before+600 })
 
 	close(stop)
@@ -104,13 +120,18 @@ func testGrowAcrossNodes(t *testing.T, rf int) {
 		}
 	}
 
+	t.Logf("%s: producers stopped, %d acknowledged", time.Since(begin).Round(time.Millisecond), acked())
 	live := waitArrivals(t, start, "live-", ledgers)
+
+	t.Logf("%s: the live group got them all", time.Since(begin).Round(time.Millisecond))
 	for _, l := range ledgers {
 		l.check(t, live)
 	}
 	checkOrder(t, live)
 
 	after := drainOrders(t, c, "after", ledgers...)
+
+	t.Logf("%s: the group made afterwards got them all", time.Since(begin).Round(time.Millisecond))
 	for _, l := range ledgers {
 		l.check(t, after)
 	}
