@@ -222,6 +222,8 @@ func (m *Manager) ensureGrown(ctx context.Context, q *Queue, c Catalogued) error
 	switch {
 	case n == c.Partitions:
 		return nil
+	case n > c.Partitions && len(q.Growths()) > len(c.Growths):
+		return nil // grown here already; the view of the catalog lags
 	case n < c.Partitions && len(c.Growths) > 0 && c.Growths[len(c.Growths)-1].To == c.Partitions:
 		m.admin.Lock()
 		defer m.admin.Unlock()
