@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -54,14 +53,6 @@ func testGrowAcrossNodes(t *testing.T, rf int) {
 		}
 	}
 	placed(4)
-	t.Cleanup(func() {
-		if t.Failed() && os.Getenv("GROWDEBUG") != "" {
-			for _, id := range nodes {
-				b, _ := os.ReadFile(c.nodes[id].logPath)
-				t.Logf("%s:\n%s", id, b)
-			}
-		}
-	})
 	start := arrivals.len()
 	for _, id := range nodes {
 		dial(t, c.nodes[id].mqtt, "live-"+id, 64).subscribe("$share/live/$queue/orders")

@@ -151,6 +151,7 @@ func (n *node) launch(t testing.TB, c *testCluster, extra []string) {
 		_ = f.Close()
 		close(done)
 	}(n.cmd, n.exited)
+	cmd := n.cmd
 	t.Cleanup(func() {
 		n.kill()
 		if dir := os.Getenv("SHARDQ_TEST_LOGS"); dir != "" && (t.Failed() || os.Getenv("SHARDQ_TEST_LOGS_ALWAYS") != "") {
@@ -162,6 +163,9 @@ func (n *node) launch(t testing.TB, c *testCluster, extra []string) {
 		}
 		if log := n.logTail(); strings.Contains(log, "WARNING: DATA RACE") {
 			t.Errorf("node %s: data race:\n%s", n.id, log)
+		} else if t.Failed() && n.cmd == cmd {
+			// Once per node, at its last run: all a CI log keeps.
+			t.Logf("node %s, the end of its log:\n%s", n.id, log)
 		}
 	})
 }

@@ -94,6 +94,26 @@ func (p *partition) cutLocked(gs []Growth, b *Batch) {
 	}
 }
 
+// storeCutsLocked cuts the partition, served here, for the growths of gs
+// it has no cut of (cutLocked) and writes the cuts after its writes so
+// far; it reports whether it cut. Every lock of the queue must be held.
+func (p *partition) storeCutsLocked(gs []Growth) bool {
+	b := new(Batch)
+	p.cutLocked(gs, b)
+	if b.Len() == 0 {
+		return false
+	}
+	q, i := p.q, p.index
+	p.log.Append(p.epoch, nil, b, true, func(err error) {
+		if err != nil {
+			// Taken again by the partition's next server, or here at the
+			// next load: later, which only holds the moved keys back longer.
+			q.m.log.Warn("a partition's cut for a growth not stored", "queue", q.name, "partition", i, "err", err)
+		}
+	})
+	return true
+}
+
 // movedLocked refuses a publish of key to the partition when a growth
 // this node has not seen yet (but the partition's log has: grownTo) gives
 // the key another partition: ErrNotOwned, so that its sender routes it
@@ -120,43 +140,16 @@ func (m *Manager) growTo(ctx context.Context, q *Queue, growths []Growth, declar
 		{Name: DLQName(q.name), Partitions: n}}); err != nil {
 		return err
 	}
-	var cuts []func()
-	for _, x := range []*Queue{q, q.dlq} {
-		was := x.partitions()
-		x.lockAll()
-		if x == q {
-			for _, p := range was {
-				if !p.owned {
-					continue // cut by its server, or here when it is acquired
-				}
-				b := new(Batch)
-				p.cutLocked(growths, b)
-				if len(b.Floors) > 0 {
-					p.log.Append(p.epoch, nil, b, true, nil)
-					pi := p.index
-					cuts = append(cuts, func() {
-						m.log.Info("partition cut for a growth", "queue", q.name, "partition", pi, "to", n)
-					})
-				}
-			}
+	var cut []int
+	q.extend(n, growths, func(p *partition) {
+		if !p.owned {
+			return // cut by its server, or here when it is acquired
 		}
-		ps := x.addPartitions(n)
-		for _, g := range x.groups {
-			g.addPartitionsLocked(ps)
+		if p.storeCutsLocked(growths) {
+			cut = append(cut, p.index)
 		}
-		if x == q {
-			x.growths = slices.Clone(growths)
-		}
-		x.opts.Partitions = n
-		for _, p := range was {
-			p.mu.Unlock()
-		}
-		x.mu.Unlock()
-	}
-	for _, f := range cuts {
-		f()
-	}
-	m.log.Info("queue partitions grown", "queue", q.name, "to", n)
+	})
+	m.log.Info("queue partitions grown", "queue", q.name, "to", n, "cut_here", cut)
 	return nil
 }
 
@@ -232,25 +225,7 @@ func (m *Manager) grow(ctx context.Context, q *Queue, o Options, declared bool) 
 	if err != nil {
 		return err
 	}
-	var added []*partition
-	for _, x := range []*Queue{q, q.dlq} {
-		was := x.partitions()
-		x.lockAll()
-		ps := x.addPartitions(n)
-		for _, g := range x.groups {
-			g.addPartitionsLocked(ps)
-		}
-		if x == q {
-			x.growths = growths
-		}
-		x.opts.Partitions = n
-		for _, p := range was {
-			p.mu.Unlock()
-		}
-		x.mu.Unlock()
-		added = append(added, ps...)
-	}
-	for _, p := range added {
+	for _, p := range q.extend(n, growths, nil) {
 		if err := m.acquire(p, SingleNodeEpoch); err != nil {
 			return fmt.Errorf("queue: serving the new partition %d of %s: %w", p.index, p.q.name, err)
 		}
@@ -297,6 +272,36 @@ func KeySegments(key string, partitions int, growths []Growth) []KeySegment {
 		}
 	}
 	return append(out, KeySegment{Partition: p, From: 0, To: to})
+}
+
+// extend adds partitions to q and its dead-letter queue up to n, with
+// growths as q's, and returns those it added. Under every lock of q,
+// before any is added, cut (if set) runs for each of q's partitions.
+func (q *Queue) extend(n int, growths []Growth, cut func(*partition)) []*partition {
+	var added []*partition
+	for _, x := range []*Queue{q, q.dlq} {
+		was := x.partitions()
+		x.lockAll()
+		if x == q && cut != nil {
+			for _, p := range was {
+				cut(p)
+			}
+		}
+		ps := x.addPartitions(n)
+		for _, g := range x.groups {
+			g.addPartitionsLocked(ps)
+		}
+		if x == q {
+			x.growths = slices.Clone(growths)
+		}
+		x.opts.Partitions = n
+		for _, p := range was {
+			p.mu.Unlock()
+		}
+		x.mu.Unlock()
+		added = append(added, ps...)
+	}
+	return added
 }
 
 // addPartitionsLocked gives the group a cursor on each of ps, new

@@ -78,11 +78,7 @@ func (m *Manager) acquire(p *partition, epoch uint64) error {
 	if p.epoch == epoch && !p.owned {
 		// A growth learnt since the load is cut as it would have been had
 		// the partition been served then.
-		b := new(Batch)
-		p.cutLocked(q.growths, b)
-		if b.Len() > 0 {
-			p.log.Append(epoch, nil, b, true, nil)
-		}
+		p.storeCutsLocked(q.growths)
 		p.owned = true
 		p.wantTickLocked() // recovered leases' messages, retention below the floors
 		p.dispatchLocked(m.now())
