@@ -56,6 +56,13 @@ type Options struct {
 	// ValueLogFileSize is the size of one value-log file, 1 MiB to 2 GiB;
 	// value-log GC rewrites whole files.
 	ValueLogFileSize int64 `yaml:"value_log_file_size"`
+	// LogResident is how much of each value log and memtable log,
+	// counted back from its newest write, stays resident: four times a
+	// second the older pages of those logs, and all but the index at the
+	// end of each LSM table, are handed back to the kernel (Linux only),
+	// so that a node's memory does not grow with what it wrote or holds.
+	// Negative keeps every page, as Badger alone does.
+	LogResident int64 `yaml:"log_resident"`
 	// NumCompactors is the number of compaction goroutines of each shard;
 	// 0 or at least 2.
 	NumCompactors int `yaml:"num_compactors"`
@@ -67,9 +74,10 @@ type Options struct {
 }
 
 // DefaultOptions returns the defaults: 4 shards, value-log GC every minute
-// at a discard ratio of 0.5, 8 MiB memtables (2 of them), values of 1 KiB
-// or more in the value log, no block cache, 256 MiB value-log files and 2
-// compactors per shard, and the last synced commit recorded every 100 ms.
+// at a discard ratio of 0.5, 4 MiB memtables (2 of them), values of 1 KiB
+// or more in the value log, no block cache, 256 MiB value-log files, the
+// newest 4 MiB of each log resident, 2 compactors per shard, and the last
+// synced commit recorded every 100 ms.
 //
 // Four shards because fsyncs of separate databases overlap: on 2 cores,
 // batches of 64 messages from one writer per shard reached about 67k msgs/s
@@ -78,20 +86,22 @@ type Options struct {
 // With one entry per batch, runs on a shared 2-core machine gave 68-155k
 // with 1 shard, 168-204k with 2, 231-251k with 4 and 230-280k with 8.
 //
-// 8 MiB memtables, 2 of them: a node running the durable cycle at about
-// 56k msgs/s held 138 MB resident instead of 197 MB with 16 MiB and 3,
-// within the run-to-run noise of its throughput (each memtable is an
-// arena in memory plus a mapped write-ahead log of twice its size).
+// 4 MiB memtables, 2 of them: each memtable is an arena in memory plus a
+// mapped write-ahead log, and each flush builds its table in a buffer of
+// its size. With 8 MiB, a node running the durable cycle (ordering none,
+// 62-66k msgs/s) peaked at 126-139 MB resident; with 4 MiB at 89-95 MB,
+// at the same throughput (16 MiB and 3 memtables had held 197 MB).
 func DefaultOptions() Options {
 	return Options{
 		Shards:                 4,
 		ValueLogGCInterval:     time.Minute,
 		ValueLogGCDiscardRatio: 0.5,
-		MemTableSize:           8 << 20,
+		MemTableSize:           4 << 20,
 		NumMemtables:           2,
 		ValueThreshold:         1 << 10,
 		BlockCacheSize:         0,
 		ValueLogFileSize:       256 << 20,
+		LogResident:            4 << 20,
 		NumCompactors:          2,
 		WitnessInterval:        100 * time.Millisecond,
 	}
@@ -120,6 +130,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ValueLogFileSize == 0 {
 		o.ValueLogFileSize = d.ValueLogFileSize
+	}
+	if o.LogResident == 0 {
+		o.LogResident = d.LogResident
 	}
 	if o.NumCompactors == 0 {
 		o.NumCompactors = d.NumCompactors
@@ -170,8 +183,14 @@ func (o Options) Validate() error {
 // its sync flag. With AsyncWrites, SyncWrites is off and Write syncs the logs
 // itself when its sync flag asks for it (see Shard.Write). Conflict detection is off because one goroutine writes each
 // shard. One version per key is kept: nothing reads old versions.
+//
+// Every level's tables are as large as the first level's (2 MiB; Badger
+// doubles the size at each level by default): a compaction builds each
+// table in a buffer of twice its size, and Badger keeps up to eight such
+// buffers for reuse. With a 5M-message backlog the doubling held 96 MB of
+// them, 44 MB without it.
 func badgerOptions(dir string, o Options, log *slog.Logger) bdg.Options {
-	return bdg.DefaultOptions(dir).
+	bo := bdg.DefaultOptions(dir).
 		WithSyncWrites(!o.AsyncWrites).
 		WithDetectConflicts(false).
 		WithNumVersionsToKeep(1).
@@ -184,6 +203,8 @@ func badgerOptions(dir string, o Options, log *slog.Logger) bdg.Options {
 		WithValueLogFileSize(o.ValueLogFileSize).
 		WithNumCompactors(o.NumCompactors).
 		WithMetricsEnabled(false)
+	bo.TableSizeMultiplier = 1
+	return bo
 }
 
 // slogLogger adapts slog to Badger's Logger. Badger reports every table it

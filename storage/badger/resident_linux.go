@@ -1,0 +1,124 @@
+package badger
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// releaseLogPages hands back to the kernel the pages this process has
+// mapped of the Badger files under dir (an absolute path) that it no
+// longer needs resident, and returns how many bytes it asked to page out.
+//
+// Badger writes its value logs, memtable logs and LSM tables through
+// shared mappings, and every page written stays resident, charged to the
+// process and its cgroup, until the file is deleted: a node's memory grew
+// with what it wrote and with every message of a backlog. Consumers that
+// keep up read the newest messages from memory, and a backlog is read
+// once, in order. So of each value log and memtable log only the newest
+// logKeep bytes stay, and of each table only its end, which holds the
+// index and bloom filter every lookup reads.
+//
+// It uses madvise(MADV_PAGEOUT), which never discards data: a dirty page
+// is only unmapped and stays in the page cache until Badger's sync writes
+// it, a clean one is dropped and read from disk again when needed. So a
+// mapping that changed between reading /proc/self/maps and the call (a
+// file removed, its range reused by another mapping) costs at most pages
+// read in again, never data.
+func releaseLogPages(dir string, logKeep int64) int64 {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return 0
+	}
+	prefix := dir + string(os.PathSeparator)
+	page := uintptr(os.Getpagesize())
+	var released int64
+	sc := bufio.NewScanner(bytes.NewReader(maps))
+	for sc.Scan() {
+		m, ok := parseMapping(sc.Text())
+		if !ok || !strings.HasPrefix(m.path, prefix) {
+			continue
+		}
+		keep, ok := keepOf(m.path, logKeep)
+		if !ok {
+			continue
+		}
+		top := residentTop(m.start, m.end, page)
+		if top <= m.start || int64(top-m.start) <= keep {
+			continue
+		}
+		end := (top - uintptr(keep)) &^ (page - 1)
+		_, _, errno := syscall.Syscall(syscall.SYS_MADVISE, m.start, end-m.start, unix.MADV_PAGEOUT)
+		if errno == 0 {
+			released += int64(end - m.start)
+		}
+	}
+	return released
+}
+
+// tableKeep is how much of the end of each LSM table stays resident: its
+// index and bloom filter, which Badger reads in place for every lookup,
+// are there (about 100 KiB for a 4 MiB table).
+const tableKeep = 256 << 10
+
+// keepOf returns how many of the newest bytes of a Badger file stay
+// resident, and false for a file left alone (the manifest, the discard
+// stats).
+func keepOf(path string, logKeep int64) (int64, bool) {
+	switch {
+	case strings.HasSuffix(path, ".vlog"), strings.HasSuffix(path, ".mem"):
+		return logKeep, true
+	case strings.HasSuffix(path, ".sst"):
+		return tableKeep, true
+	}
+	return 0, false
+}
+
+// mapping is one line of /proc/self/maps.
+type mapping struct {
+	start, end uintptr
+	path       string
+}
+
+// parseMapping parses "start-end perms offset dev inode path".
+func parseMapping(line string) (mapping, bool) {
+	f := strings.Fields(line)
+	if len(f) < 6 {
+		return mapping{}, false
+	}
+	lo, hi, ok := strings.Cut(f[0], "-")
+	if !ok {
+		return mapping{}, false
+	}
+	start, err1 := strconv.ParseUint(lo, 16, 64)
+	end, err2 := strconv.ParseUint(hi, 16, 64)
+	if err1 != nil || err2 != nil || end <= start {
+		return mapping{}, false
+	}
+	return mapping{start: uintptr(start), end: uintptr(end), path: f[5]}, true
+}
+
+// residentTop returns the end of the highest page of [start, end) that is
+// in the page cache (mincore), or start when none is. A log is written
+// from its start and its mapping reaches past its end, so that is where
+// its writes reached; a table is written whole, so that is its end.
+func residentTop(start, end, page uintptr) uintptr {
+	n := (end - start + page - 1) / page
+	vec := make([]byte, n)
+	_, _, errno := syscall.Syscall(syscall.SYS_MINCORE, start, end-start, uintptr(unsafe.Pointer(&vec[0])))
+	if errno != 0 {
+		return start
+	}
+	for i := len(vec) - 1; i >= 0; i-- {
+		if vec[i]&1 != 0 {
+			return start + uintptr(i+1)*page
+		}
+	}
+	return start
+}
