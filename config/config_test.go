@@ -55,7 +55,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"queues.declared", len(c.Queues.Declared), 0},
 		{"storage.shards", c.Storage.Shards, 0},
 		{"storage.sync_interval", c.Storage.SyncInterval, 100 * time.Millisecond},
-		{"storage.ring_size", c.Storage.RingSize, 4096},
+		{"storage.ring_size", c.Storage.RingSize, 1024},
 		{"storage.max_payload", c.Storage.MaxPayload, 1 << 20},
 		{"storage.min_free_bytes", c.Storage.MinFreeBytes, int64(256 << 20)},
 		{"http.admin_token", c.Admin.Token, ""},

@@ -10,7 +10,10 @@ import (
 
 // maxParked bounds how many messages of blocked keys one cursor holds aside
 // (ordering key). Past it the cursor stops reading ahead until a key frees.
-const maxParked = 8192
+// With few keys and a backlog every cursor holds that many: 8192 kept
+// about 20 MB of messages aside for a queue of 8 partitions and 64 keys,
+// while 1024 per partition is still 128 waiting behind each busy key.
+const maxParked = 1024
 
 // readAhead is how many messages a cursor reads from storage at a time.
 const readAhead = 512

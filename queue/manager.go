@@ -87,7 +87,7 @@ func DefaultManagerOptions() ManagerOptions {
 	return ManagerOptions{
 		Defaults:     DefaultOptions(),
 		AutoCreate:   true,
-		RingSize:     4096,
+		RingSize:     1024,
 		RingBytes:    4 << 20,
 		MaxBatch:     4096,
 		MaxPayload:   1 << 20,
