@@ -287,6 +287,30 @@ func (r *report) write(w io.Writer) error {
 			valid, len(x.rounds))
 	}
 
+	p("")
+	p("## Memory")
+	p("")
+	p("Each broker's peak resident memory (VmHWM) after each round. A broker runs every round, so a round's peak includes the rounds before it: equal figures mean it did not grow.")
+	p("")
+	hdr, sep := "| run |", "| --- |"
+	for round := 1; round <= r.rounds; round++ {
+		hdr += fmt.Sprintf(" round %d |", round)
+		sep += " ---: |"
+	}
+	p("%s", hdr)
+	p("%s", sep)
+	for _, x := range r.runs {
+		row := "| `" + x.name + "` |"
+		for round := 1; round <= r.rounds; round++ {
+			peak := "-"
+			if o := x.rounds[round]; o != nil && o.res != nil {
+				peak = rssText(o.res.RSSPeakKB)
+			}
+			row += " " + peak + " |"
+		}
+		p("%s", row)
+	}
+
 	for round := 1; round <= r.rounds; round++ {
 		p("")
 		p("## Round %d", round)

@@ -88,13 +88,15 @@ func TestReportRatiosSkipInvalidRounds(t *testing.T) {
 	loss := valid("cycle", 0, 0)
 	loss.Valid, loss.Status, loss.Throughput, loss.MBPerS = false, bench.StatusLoss, nil, nil
 	loss.Missing, loss.MissingSample = 3, []string{"p0/17"}
+	first, third := valid("cycle", 40000, 4), valid("cycle", 36000, 5)
+	first.RSSPeakKB, third.RSSPeakKB = 80<<10, 95<<10
 	files := []string{
 		writeResult(t, dir, "mochi-r1.json", valid("pubsub", 50000, 3)),
-		writeResult(t, dir, "shardq-r1.json", valid("cycle", 40000, 4)),
+		writeResult(t, dir, "shardq-r1.json", first),
 		writeResult(t, dir, "mochi-r2.json", valid("pubsub", 40000, 3)),
 		writeResult(t, dir, "shardq-r2.json", loss),
 		writeResult(t, dir, "mochi-r3.json", valid("pubsub", 40000, 3)),
-		writeResult(t, dir, "shardq-r3.json", valid("cycle", 36000, 5)),
+		writeResult(t, dir, "shardq-r3.json", third),
 		filepath.Join(dir, "shardq-r4.json"), // the run failed: no result
 		writeResult(t, dir, "mochi-r4.json", valid("pubsub", 40000, 3)),
 	}
@@ -123,6 +125,7 @@ func TestReportRatiosSkipInvalidRounds(t *testing.T) {
 		"| `shardq` | 38,000 | 2.43 | 1.000 | 4.500 | - | 0.500 | 2.000 | 2 of 4 |",
 		"4 producers with 64 QoS 1 publishes in flight each, 1 consumer, 64-byte payloads, 64 keys",
 		"| `shardq` | **ERROR**: bench: connection lost |",
+		"| `shardq` | 80 MB | - | 95 MB | - |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
