@@ -48,7 +48,8 @@ type Shard struct {
 	// it needs no read of the watermark. writeMu guards it.
 	lows map[partKey]uint64
 
-	splits atomic.Int64 // commits past the first caused by ErrTxnTooBig
+	splits atomic.Int64  // commits past the first caused by ErrTxnTooBig
+	writes atomic.Uint64 // Writes that committed something
 
 	// seq is the number of the last transaction committed: each one sets
 	// commitKey to its number (see witness.go). writeMu guards it.
@@ -137,6 +138,7 @@ func (s *Shard) Write(b *queue.Batch, sync bool) error {
 	if err = s.finish(w, err, sync); err != nil {
 		return fmt.Errorf("storage: shard %d: write: %w", s.id, err)
 	}
+	s.writes.Add(1)
 	if w.parts > 1 {
 		s.splits.Add(int64(w.parts - 1))
 		s.log.Debug("batch committed in parts", "parts", w.parts, "writes", b.Len())

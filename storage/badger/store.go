@@ -72,9 +72,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.loops.Go(func() { sh.witnessLoop(opts.WitnessInterval, s.stop) })
 	}
 	if abs, err := filepath.Abs(dir); err == nil && opts.LogResident >= 0 {
-		s.loops.Go(func() {
-			every(releaseInterval, s.stop, func() { releaseLogPages(abs, opts.LogResident) })
-		})
+		s.loops.Go(func() { s.releaseLoop(abs, opts.LogResident) })
 	}
 	return s, nil
 }
@@ -249,6 +247,31 @@ func checkShard(i int, dir string, async bool, log *slog.Logger) error {
 	}
 	return err
 }
+
+// releaseLoop hands back the pages of Badger's files the node no longer
+// needs resident (releaseLogPages) after writes, and every releaseIdle
+// while none come (compactions write tables after the writes that caused
+// them, and reads of a backlog map its pages in): an idle node does not
+// read its mappings four times a second.
+func (s *Store) releaseLoop(dir string, keep int64) {
+	var seen uint64
+	var idle time.Duration
+	every(releaseInterval, s.stop, func() {
+		var writes uint64
+		for _, sh := range s.shards {
+			writes += sh.writes.Load()
+		}
+		if writes == seen && idle < releaseIdle {
+			idle += releaseInterval
+			return
+		}
+		seen, idle = writes, 0
+		releaseLogPages(dir, keep)
+	})
+}
+
+// releaseIdle is how often an idle node's pages are handed back.
+const releaseIdle = 10 * time.Second
 
 // releaseInterval is how often the pages of Badger's files a node no
 // longer needs resident are handed back to the kernel (releaseLogPages):
