@@ -86,14 +86,20 @@ type mapping struct {
 	path       string
 }
 
-// parseMapping parses "start-end perms offset dev inode path".
+// parseMapping parses "start-end perms offset dev inode path"; the path,
+// which may hold spaces, is the rest of the line.
 func parseMapping(line string) (mapping, bool) {
-	f := strings.Fields(line)
-	if len(f) < 6 {
-		return mapping{}, false
+	var f [5]string
+	rest := line
+	for i := range f {
+		var ok bool
+		if f[i], rest, ok = strings.Cut(strings.TrimLeft(rest, " "), " "); !ok {
+			return mapping{}, false
+		}
 	}
+	path := strings.TrimLeft(rest, " ")
 	lo, hi, ok := strings.Cut(f[0], "-")
-	if !ok {
+	if !ok || path == "" {
 		return mapping{}, false
 	}
 	start, err1 := strconv.ParseUint(lo, 16, 64)
@@ -101,7 +107,7 @@ func parseMapping(line string) (mapping, bool) {
 	if err1 != nil || err2 != nil || end <= start {
 		return mapping{}, false
 	}
-	return mapping{start: uintptr(start), end: uintptr(end), path: f[5]}, true
+	return mapping{start: uintptr(start), end: uintptr(end), path: path}, true
 }
 
 // residentTop returns the end of the highest page of [start, end) that is

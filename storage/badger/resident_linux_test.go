@@ -128,3 +128,24 @@ func TestStoreHandsBackWrittenPages(t *testing.T) {
 	defer st.Close()
 	readBig(t, st.Shard(0), n+1024)
 }
+
+func TestParseMapping(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want mapping
+		ok   bool
+	}{
+		{"7f00a000-7f00c000 rw-s 00000000 08:01 1234                       /data/shard-00/000001.vlog",
+			mapping{0x7f00a000, 0x7f00c000, "/data/shard-00/000001.vlog"}, true},
+		{"7f00a000-7f00c000 rw-s 00000000 08:01 1234 /my data/shard-00/00001.mem",
+			mapping{0x7f00a000, 0x7f00c000, "/my data/shard-00/00001.mem"}, true},
+		{"7f00a000-7f00c000 rw-p 00000000 00:00 0 ", mapping{}, false}, // anonymous
+		{"7f00c000-7f00a000 rw-s 00000000 08:01 1234 /x.vlog", mapping{}, false},
+		{"garbage", mapping{}, false},
+	} {
+		got, ok := parseMapping(tc.line)
+		if ok != tc.ok || got != tc.want {
+			t.Errorf("parseMapping(%q) = %+v, %t; want %+v, %t", tc.line, got, ok, tc.want, tc.ok)
+		}
+	}
+}
