@@ -562,15 +562,21 @@ type streamReceiver struct {
 }
 
 // streamDelivery is a delivery waiting for its stream, with when its
-// owner made it (UnixNano).
+// owner leased it (UnixNano).
 type streamDelivery struct {
 	queue.Delivery
 	at int64
 }
 
+// Deliver queues d for the stream, stamped with when it was leased: its
+// staleness on the consumer's node counts from then (LeaseRef.At).
 func (r *streamReceiver) Deliver(d queue.Delivery) {
+	at := d.Lease.At()
+	if at.IsZero() {
+		at = time.Now()
+	}
 	r.mu.Lock()
-	r.out = append(r.out, streamDelivery{d, time.Now().UnixNano()})
+	r.out = append(r.out, streamDelivery{d, at.UnixNano()})
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:

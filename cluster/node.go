@@ -269,6 +269,7 @@ const DefaultReplicationFactor = 3
 func (n *Node) ManagerOptions(mo *queue.ManagerOptions) {
 	mo.ManualOwnership = true
 	mo.HandoverGrace = handoverGrace
+	mo.StaleAfter = remoteStale
 	mo.Forward = n.Publish
 	mo.CutPassed = n.cuts.passed
 	mo.OnQueue = func(*queue.Queue) { n.poke() }

@@ -330,13 +330,26 @@ type LeaseRef struct {
 }
 
 // Live reports whether the delivery of r may still be written to its
-// client: its lease has not ended (a lease of this node) or its delivery
-// is not stale (one of another node, see Until).
+// client: its lease has not ended and, with ManagerOptions.StaleAfter,
+// was made less than that long ago (a lease of this node), or its
+// delivery is not stale (one of another node, see Until).
 func (r LeaseRef) Live(now time.Time) bool {
 	if r.l != nil {
-		return !r.l.ended.Load()
+		stale := r.l.cur.g.q.m.opts.StaleAfter
+		return !r.l.ended.Load() && (stale <= 0 || now.Before(r.l.at.Add(stale)))
 	}
 	return r.Until.IsZero() || now.Before(r.Until)
+}
+
+// At returns when a lease of this node was made, zero for one of another
+// node: a delivery carried to another node turns stale counting from then
+// (see Until), not from when it left, so that a node paused between the
+// two cannot send what another node delivers again meanwhile.
+func (r LeaseRef) At() time.Time {
+	if r.l != nil {
+		return r.l.at
+	}
+	return time.Time{}
 }
 
 // ID returns the leased message's msg-id.

@@ -69,6 +69,14 @@ type ManagerOptions struct {
 	// again, so that every delivery after the first carries DUP. 0 on a
 	// single node, where no delivery outlives its process.
 	HandoverGrace time.Duration
+	// StaleAfter, when set, is how long after its lease a delivery may
+	// still be written to its client; later it is given back unsent
+	// (LeaseRef.Live). A cluster sets it below HandoverGrace: a node that
+	// was paused (SIGSTOP, a stalled VM) after it leased a message, and
+	// whose partition another node took over meanwhile, must not write
+	// the message without DUP once the new owner delivered it again. 0 on
+	// a single node.
+	StaleAfter time.Duration
 	// Clock replaces time.Now in tests.
 	Clock func() time.Time
 

@@ -179,3 +179,48 @@ func TestQueuePartitionOfKeyIsFNV1a(t *testing.T) {
 		}
 	}
 }
+
+// A delivery written to its client long after its lease was made can
+// follow the delivery of another node: one paused after it leased a
+// message (SIGSTOP, a stalled VM) while another took its partition over
+// and delivered the message again. With StaleAfter (a cluster), such a
+// delivery is no longer live, so the client's writer gives it back
+// unsent instead of writing it without DUP.
+func TestQueueStaleDeliveryIsNotLive(t *testing.T) {
+	var mu sync.Mutex
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
+	for _, tc := range []struct {
+		name  string
+		stale time.Duration
+		late  time.Duration
+		live  bool
+	}{
+		{"a cluster, in time", time.Second, 999 * time.Millisecond, true},
+		{"a cluster, stale", time.Second, time.Second, false},
+		{"a single node, however late", 0, time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newManager(t, queuetest.NewMemStore(1), func(o *queue.ManagerOptions) {
+				o.Clock, o.StaleAfter = clock, tc.stale
+			})
+			if err := publish(t, m, "q", &queue.Message{Key: "a", Payload: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+			r := newRecorder()
+			if _, err := m.Queue("q").Subscribe("g", r, queue.ConsumerOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			d := r.wait(t, 1)[0]
+			if got := d.Lease.At(); !got.Equal(at) {
+				t.Fatalf("At() = %v, want the lease's time %v", got, at)
+			}
+			if !d.Lease.Live(at) {
+				t.Fatal("a delivery just leased is not live")
+			}
+			if got := d.Lease.Live(at.Add(tc.late)); got != tc.live {
+				t.Fatalf("Live %s after the lease = %t, want %t", tc.late, got, tc.live)
+			}
+		})
+	}
+}
