@@ -101,6 +101,7 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	}
 	bo := badger.DefaultOptions()
 	bo.Shards = cfg.Storage.Shards
+	bo.LogResident = cfg.Storage.LogResidentBytes
 	bo.Logger = log
 	// A cluster node applies replicated writes unsynced (the raft log is
 	// synced) and syncs them every checkpoint.

@@ -298,6 +298,12 @@ type Storage struct {
 	// more for a queue of 8 partitions with a backlog, which it does not
 	// help to read.
 	RingSize int `yaml:"ring_size"`
+	// LogResidentBytes is how much of each of Badger's logs, counted back
+	// from its newest write, a node keeps mapped in memory: older pages of
+	// the logs, and all but the index of each table, go back to the kernel
+	// after writes (Linux), so that memory does not grow with what the
+	// node wrote. Default 4 MiB (0 also means that); -1 keeps every page.
+	LogResidentBytes int64 `yaml:"log_resident_bytes"`
 	// MaxPayload is the largest message payload accepted, in bytes.
 	// Default 1 MiB, at most 256 MiB.
 	MaxPayload int `yaml:"max_payload"`
@@ -376,12 +382,13 @@ func Default() *Config {
 		Protocol: Protocol{MaxKeepAlive: 60 * time.Second, DenySubscribe: []string{"test/nosubscribe"}, MaxQueuedMessages: 1000,
 			WriteTimeout: 10 * time.Second},
 		Storage: Storage{
-			Shards:       0,
-			SyncInterval: 100 * time.Millisecond,
-			CommitLinger: time.Millisecond,
-			MinFreeBytes: DefaultMinFreeBytes,
-			RingSize:     1024,
-			MaxPayload:   1 << 20,
+			Shards:           0,
+			SyncInterval:     100 * time.Millisecond,
+			CommitLinger:     time.Millisecond,
+			MinFreeBytes:     DefaultMinFreeBytes,
+			RingSize:         1024,
+			LogResidentBytes: 4 << 20,
+			MaxPayload:       1 << 20,
 		},
 		Cluster: Cluster{
 			Addr:         DefaultClusterAddr,
@@ -465,6 +472,9 @@ func (c *Config) Validate() error {
 	}
 	if s.SyncInterval <= 0 {
 		fail("storage.sync_interval", fmt.Sprintf("must be positive, got %s", s.SyncInterval), nil)
+	}
+	if s.LogResidentBytes < -1 {
+		fail("storage.log_resident_bytes", fmt.Sprintf("must be -1 (keep every page) or a number of bytes, got %d", s.LogResidentBytes), nil)
 	}
 	if s.MinFreeBytes < 0 {
 		fail("storage.min_free_bytes", fmt.Sprintf("must be 0 (no check) or a number of bytes, got %d", s.MinFreeBytes), nil)
