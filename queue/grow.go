@@ -27,7 +27,6 @@ type Growth struct {
 	From int      `json:"from"`
 	To   int      `json:"to"`
 	Cuts []uint64 `json:"cuts,omitempty"` // nil in a cluster: each partition keeps its own
-
 }
 
 // ErrGrowInCluster: a queue of a cluster grows through the cluster's

@@ -57,9 +57,10 @@ type Options struct {
 	// value-log GC rewrites whole files.
 	ValueLogFileSize int64 `yaml:"value_log_file_size"`
 	// LogResident is how much of each value log and memtable log,
-	// counted back from its newest write, stays resident: four times a
-	// second the older pages of those logs, and all but the index at the
-	// end of each LSM table, are handed back to the kernel (Linux only),
+	// counted back from its newest write, stays resident: after writes,
+	// four times a second (every 10 s while none come), the older pages of
+	// those logs, and all but the index at the end of each LSM table, are
+	// handed back to the kernel (Linux only),
 	// so that a node's memory does not grow with what it wrote or holds.
 	// Negative keeps every page, as Badger alone does.
 	LogResident int64 `yaml:"log_resident"`
