@@ -438,7 +438,9 @@ func (h *Host) proposeChange(r confRequest) {
 		typ, id = rpb.ConfChangeType_ConfChangeAddLearnerNode, g.freshID()
 	case r.change == Promote && learner:
 		typ = rpb.ConfChangeType_ConfChangeAddNode
-	case r.change == Remove && (voter || learner):
+	case r.change == Remove && learner, r.change == Remove && voter && len(g.replicas) > 1:
+		// Never the last voter: a group without one has no quorum, and
+		// raft stops the process that applies such a change.
 		typ = rpb.ConfChangeType_ConfChangeRemoveNode
 	default:
 		return
@@ -463,6 +465,11 @@ func (h *Host) applyChange(g *Group, e *rpb.Entry) bool {
 	if name := string(cc.GetContext()); name != "" {
 		g.nodes[cc.GetNodeId()] = name
 	}
+	if why := g.replayed(&cc); why != "" {
+		// Applied as a change of nothing, as raft allows (node id 0).
+		h.log.Info("replica change already in the group's replicas", "group", g.name, "index", e.GetIndex(), "raft_id", cc.GetNodeId(), "why", why)
+		cc.NodeId = proto.Uint64(0)
+	}
 	cs := g.rn.ApplyConfChange(&cc)
 	if cc.GetType() == rpb.ConfChangeType_ConfChangeRemoveNode && cc.GetNodeId() == g.self {
 		// Not closed here: a replica added again after a removal replays
@@ -482,6 +489,35 @@ func (h *Host) applyChange(g *Group, e *rpb.Entry) bool {
 	}
 	h.changedGroup(g)
 	return false
+}
+
+// replayed tells why a committed replica change must change nothing, ""
+// when it is to be applied. A replica does not always replay its log's
+// changes over the replicas they were made on: a replica added to a
+// group starts from the replicas the group has now and replays every
+// change its leader's log still holds, and a replica that restarts starts
+// from the last replicas it recorded, which may be newer than the entries
+// it applies again. Replayed over replicas that hold them already, the
+// changes this package proposes leave them as they are, but for one:
+// adding as a learner a raft id that is a voter, which raft reads as a
+// demotion. This package never proposes one (a learner added always has
+// a fresh id), so such an entry is a replay. The last voter's removal,
+// which raft stops the process for, is never proposed either.
+func (g *Group) replayed(cc *rpb.ConfChange) string {
+	id := cc.GetNodeId()
+	voters := g.rn.Status().Config.Voters.IDs()
+	_, voter := voters[id]
+	switch cc.GetType() {
+	case rpb.ConfChangeType_ConfChangeAddLearnerNode:
+		if voter {
+			return "a voter added as a learner"
+		}
+	case rpb.ConfChangeType_ConfChangeRemoveNode:
+		if voter && len(voters) == 1 {
+			return "the removal of the last voter"
+		}
+	}
+	return ""
 }
 
 // drop ends the group here and drops its log (driver goroutine).

@@ -909,3 +909,38 @@ func TestQuiescedLeaderIsolated(t *testing.T) {
 		t.Fatalf("applied %v", got)
 	}
 }
+
+// TestAddedReplicaReplaysTheGroupsChanges: a replica added to a group
+// starts from the replicas the group has now and replays the changes
+// its log holds from the group's start, which made those replicas: the
+// one that added the group's only voter as a learner, then promoted it,
+// among them. Replayed over a state that already has them, they leave
+// it as it is; they neither demote that voter (raft stops the process
+// for a group without voters) nor lose a value.
+func TestAddedReplicaReplaysTheGroupsChanges(t *testing.T) {
+	c := newCluster(t, 100, abc...)
+	c.open("g", []string{"a"}, "a")
+	c.leader("g", "a")
+	c.propose([]string{"a"}, "g", values("one", 3)...)
+	c.change([]string{"a"}, "g", multiraft.AddLearner, "b")
+	c.open("g", []string{"a"}, "b")
+	c.converge("g", 3, "a", "b")
+	c.change([]string{"a"}, "g", multiraft.Promote, "b")
+	c.leadAway("g", "a", []string{"b"})
+	c.change([]string{"b"}, "g", multiraft.Remove, "a")
+	c.propose([]string{"b"}, "g", values("two", 3)...)
+	// The group's only voter is b, made by changes its log still holds.
+	c.change([]string{"b"}, "g", multiraft.AddLearner, "c")
+	c.open("g", []string{"b"}, "c")
+	got := c.converge("g", 6, "b", "c")
+	if !slices.Equal(got, append(values("one", 3), values("two", 3)...)) {
+		t.Fatalf("applied %v", got)
+	}
+	g := c.nodes["c"].h.Group("g")
+	if !slices.Equal(g.Replicas(), []string{"b"}) || !slices.Equal(g.Learners(), []string{"c"}) {
+		t.Fatalf("c sees replicas %v, learners %v", g.Replicas(), g.Learners())
+	}
+	c.change([]string{"b"}, "g", multiraft.Promote, "c")
+	c.propose([]string{"b", "c"}, "g", "three")
+	c.converge("g", 7, "b", "c")
+}
