@@ -1,7 +1,9 @@
 // Package multiraft runs many raft groups (go.etcd.io/raft) on one node:
-// one driver goroutine ticks them, steps what peers send, proposes, and
-// handles their Ready together, so that one write and one fsync of the
-// shared log (Store, storage/raftlog) cover every group's new entries.
+// one driver goroutine ticks them, steps what peers send, proposes,
+// applies and sends, and one log writer stores what every group asks to
+// store, so that one write and one fsync of the shared log (Store,
+// storage/raftlog) cover every group's new entries (append.go). Raft runs
+// with asynchronous storage writes: the driver never waits for the disk.
 //
 // It knows groups and bytes, not queues. A group is opened with a
 // StateMachine, which applies the committed entries, proposes when asked,
@@ -28,12 +30,16 @@
 // # Durability
 //
 // Entries, hard state and configuration are on the Store's disk before
-// anything that depends on them leaves the node, but a leader's appends,
-// sent while its own write runs (its answers are read after the write).
-// Committed entries are applied beside the write of the new ones. Every
-// SyncEvery the host syncs what the state machines stored (SyncApplied),
-// records each group's applied index, and compacts its log to LogKeep
-// entries below it; a replica behind that point gets a copy.
+// anything that depends on them leaves the node (raft holds those
+// messages back until the writer says the write is durable); a leader's
+// appends leave at once, and a leader counts its own disk in a commit
+// only once its write is durable. Only entries this node's log holds
+// durably are applied. A commit index is stored beside entries and votes,
+// never on its own; a group that starts takes what it applied as
+// committed. Every SyncEvery the host syncs what the state machines
+// stored (SyncApplied), records each group's applied index, and compacts
+// its log to LogKeep entries below it; a replica behind that point gets
+// a copy.
 //
 // A replica whose log lost entries it had acknowledged (the Store was
 // salvaged after damage, or its log is gone while it is still a replica)
@@ -43,7 +49,9 @@
 //
 // The driver (Run) owns every group's raw node and memory storage, and
 // calls the state machines, except Copy, which runs on a goroutine of its
-// own, and Stored, which may be called from any. Host.mu guards the group
+// own, and Stored, which may be called from any. The log writer
+// (writeLoop) only calls Store.Save, one write at a time, with what the
+// driver hands it. Host.mu guards the group
 // map, the leaving function and each group's in-sync list; it is never
 // held while calling a state machine or the Store. Group's atomics are
 // read from anywhere.

@@ -40,8 +40,11 @@ type Group struct {
 	// hurried is the term in which this follower last campaigned as its
 	// silent leader's successor (quiesce.go: succeed).
 	hurried uint64
-	// hsTerm and hsVote are the term and vote last written to the log.
+	// hsTerm and hsVote are the term and vote last written to the log;
+	// appending counts the appends raft asked for that are not stored
+	// yet (append.go).
 	hsTerm, hsVote uint64
+	appending      int
 	synced         uint64 // applied index last recorded
 	compacted      uint64
 	// lagged: the replicas whose lag this leader reported last tick.
@@ -542,6 +545,10 @@ func (h *Host) drop(g *Group, why string) {
 		}
 	}
 	g.sm.Removed()
+	// Not written after its log is dropped: the write under way waits,
+	// and what it asked for that is not under way is forgotten.
+	h.awaitWrite()
+	h.appends = slices.DeleteFunc(h.appends, func(r appendReq) bool { return r.g == g })
 	if err := h.o.Store.Drop(g.name); err != nil {
 		h.log.Warn("dropping a raft group", "group", g.name, "err", err)
 	}

@@ -191,6 +191,15 @@ type Host struct {
 	closes chan *Group
 	closed map[string]bool
 	done   chan struct{} // closed when Run returns
+	// appends are what groups asked to store and the log writer has not
+	// started on; writing is set while it writes; toWrite and written
+	// carry a write to the writer and back; writeErr, once set, is the
+	// error that made the log unwritable (append.go; driver goroutine).
+	appends  []appendReq
+	writing  bool
+	toWrite  chan logWrite
+	written  chan logWrite
+	writeErr error
 	// checkpoints brings back the checkpoints run beside the driver;
 	// checkpointing is set while one runs (driver goroutine).
 	checkpoints   chan checkpointDone
@@ -272,7 +281,8 @@ func New(o Options) *Host {
 		closes: make(chan *Group), closed: map[string]bool{}, done: make(chan struct{}),
 		awake: map[*Group]bool{}, unsynced: map[*Group]bool{}, heard: map[uint64]time.Time{},
 		run: binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano())), peerRun: map[uint64]string{},
-		checkpoints: make(chan checkpointDone, 1), dirty: map[*Group]bool{}}
+		checkpoints: make(chan checkpointDone, 1), dirty: map[*Group]bool{},
+		toWrite: make(chan logWrite, 1), written: make(chan logWrite, 1)}
 }
 
 // stopped is closed once Run returned.
@@ -428,6 +438,17 @@ func (h *Host) Open(name string, replicas []string, ids map[string]uint64, sm St
 			return nil, err
 		}
 		last, _ := ms.LastIndex()
+		if hs := st.HardState; hs != nil {
+			// A commit index is stored only beside entries or a vote
+			// (append.go): what this replica applied was committed, and
+			// its log holds it.
+			if c := min(max(st.Applied, meta.GetIndex()), last); c > hs.GetCommit() {
+				hs.Commit = proto.Uint64(c)
+				if err := ms.SetHardState(hs); err != nil {
+					return nil, err
+				}
+			}
+		}
 		if hs := st.HardState; hs != nil && hs.GetCommit() > last {
 			// Only a salvaged log lacks entries its commit names.
 			h.log.Warn("raft group's commit index is past its log; it starts from its log", "group", name, "commit", hs.GetCommit(), "last", last)
@@ -458,7 +479,7 @@ func (h *Host) Open(name string, replicas []string, ids map[string]uint64, sm St
 	}
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID: self, ElectionTick: h.o.ElectionTicks, HeartbeatTick: 1,
-		Storage: ms, Applied: applied, MaxSizePerMsg: 4 << 20, MaxInflightMsgs: 256,
+		Storage: ms, Applied: applied, MaxSizePerMsg: 4 << 20, MaxInflightMsgs: 256, AsyncStorageWrites: true,
 		CheckQuorum: true, PreVote: true, Logger: raftLogger{h.log},
 		// A follower drops a proposal rather than forward it: one made
 		// by a replica that has just stepped down would reach the new
@@ -505,6 +526,7 @@ func (h *Host) Run(ctx context.Context) {
 	h.ctx = ctx
 	h.mu.Unlock()
 	defer close(h.done)
+	go h.writeLoop(ctx)
 	tick := time.NewTicker(h.o.Tick)
 	defer tick.Stop()
 	sync := time.NewTicker(h.o.SyncEvery)
@@ -528,6 +550,8 @@ func (h *Host) Run(ctx context.Context) {
 			h.checkpoint(ctx)
 		case c := <-h.checkpoints:
 			h.checkpointed(c)
+		case d := <-h.written:
+			h.appended(d)
 		case r := <-h.copies:
 			h.copyDone(r)
 		case r := <-h.changes:
@@ -572,10 +596,11 @@ func (h *Host) Run(ctx context.Context) {
 				g.sm.Propose()
 			}
 		}
-		// A Ready can leave another at once (a group of one voter commits
-		// what it just stored): go on until none is left.
+		// A Ready can leave another at once (what it applied answered):
+		// go on until none is left.
 		for i := 0; i < 8 && h.ready(); i++ {
 		}
+		h.startWrite()
 		for g := range h.dirty {
 			// The state machine may have stored more since its last Ready.
 			h.updateCaughtUp(g)
@@ -622,111 +647,57 @@ func (h *Host) step(in inbound) {
 	h.dirty[g] = true
 }
 
-// ready stores, sends and applies what every group has ready; it reports
-// whether there was anything.
+// ready takes what every group has ready; it reports whether there was
+// anything. Raft runs with asynchronous storage writes: what is to be
+// stored goes to the log writer (append.go), which runs beside the
+// driver, so that a group's messages, commits and applies never wait for
+// another's fsync; what is to be applied is applied here, at once (raft
+// hands over only entries this node's log holds durably); messages to
+// other replicas go out at once (those that must wait for the disk come
+// back with the write).
 func (h *Host) ready() bool {
-	type item struct {
-		g             *Group
-		rd            raft.Ready
-		sent, applied bool
-	}
-	var items []item
-	var writes []Write
-	sync := false // only new entries, terms and votes need the disk now
+	any := false
 	for g := range h.dirty {
-		if !g.rn.HasReady() {
+		if g.removed || !g.rn.HasReady() {
 			continue
 		}
+		any = true
 		rd := g.rn.Ready()
-		it := item{g: g, rd: rd}
-		w := Write{Group: g.name, Entries: rd.Entries}
-		hs := rd.HardState
-		if hs != nil && !raft.IsEmptyHardState(hs) {
-			w.HardState = hs
-		}
-		// A leader's appends go out while its own log is written: the
-		// answers are read after the write, so nothing commits before the
-		// leader's disk has it too. Not so when its term or vote changed.
-		if g.leader && (w.HardState == nil || (hs.GetTerm() == g.hsTerm && hs.GetVote() == g.hsVote)) {
-			h.send(g, rd.Messages)
-			it.sent = true
-		}
-		if w.HardState != nil {
-			g.hsTerm, g.hsVote = hs.GetTerm(), hs.GetVote()
-		}
-		items = append(items, it)
-		if w.HardState != nil || len(w.Entries) > 0 {
-			writes = append(writes, w)
-			sync = sync || rd.MustSync
-		}
-	}
-	if len(items) == 0 {
-		return false
-	}
-	// Committed entries are on a majority's disks already: they are
-	// applied while the new ones are written, not after that write. Not
-	// so with a snapshot or a replica change, applied in order after it.
-	for i := range items {
-		it := &items[i]
-		if (it.rd.Snapshot == nil || raft.IsEmptySnap(it.rd.Snapshot)) && !hasConfChange(it.rd.CommittedEntries) {
-			h.apply(it.g, it.rd.CommittedEntries)
-			it.applied = true
-		}
-	}
-	if len(writes) > 0 {
-		start := time.Now()
-		err := h.o.Store.Save(writes, sync)
-		if f := h.o.Observer.LogWrite; f != nil {
-			f(time.Since(start))
-		}
-		if err != nil {
-			// Nothing may be sent or applied that is not on disk.
-			h.log.Error("raft log write failed", "err", err)
-			for _, it := range items {
-				it.g.sm.Failed(fmt.Errorf("raft log: %w", err))
+		out := rd.Messages[:0:0]
+		for _, m := range rd.Messages {
+			switch m.GetTo() {
+			case raft.LocalAppendThread:
+				h.queueAppend(g, m)
+			case raft.LocalApplyThread:
+				h.apply(g, m.GetEntries())
+				h.deliver(g, m.GetResponses())
+			default:
+				out = append(out, m)
 			}
-			return false
 		}
-	}
-	for _, it := range items {
-		g, rd := it.g, it.rd
-		if !it.sent {
-			h.send(g, rd.Messages)
-		}
-		if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
-			h.installSnapshot(g, rd.Snapshot)
-		}
-		if len(rd.Entries) > 0 && g.leader && (rd.SoftState == nil || rd.SoftState.RaftState == raft.StateLeader) {
-			// Entries this leader proposed: not those of a newer leader
-			// it follows since a message stepped after its last Ready.
-			g.sm.Persisted()
-		}
-		if len(rd.Entries) > 0 {
-			_ = g.ms.Append(rd.Entries)
-		}
-		if w := rd.HardState; w != nil && !raft.IsEmptyHardState(w) {
-			_ = g.ms.SetHardState(w)
-		}
-		if !it.applied {
-			h.apply(g, rd.CommittedEntries)
-		}
+		h.send(g, out)
 		if rd.SoftState != nil {
 			h.softState(g, rd.SoftState)
 		}
-		g.rn.Advance(rd)
 		h.updateCaughtUp(g)
 		h.checkRecovered(g)
 	}
-	return true
+	return any
 }
 
-func hasConfChange(ents []*rpb.Entry) bool {
-	for _, e := range ents {
-		if e.GetType() != rpb.EntryType_EntryNormal {
-			return true
+// deliver steps the messages raft addressed to this replica and sends the
+// others (driver goroutine).
+func (h *Host) deliver(g *Group, msgs []*rpb.Message) {
+	var out []*rpb.Message
+	for _, m := range msgs {
+		if m.GetTo() == g.self {
+			_ = g.rn.Step(m)
+			h.dirty[g] = true
+			continue
 		}
+		out = append(out, m)
 	}
-	return false
+	h.send(g, out)
 }
 
 // apply hands committed entries to the state machine, and applies the

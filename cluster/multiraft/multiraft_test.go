@@ -944,3 +944,37 @@ func TestAddedReplicaReplaysTheGroupsChanges(t *testing.T) {
 	c.propose([]string{"b", "c"}, "g", "three")
 	c.converge("g", 7, "b", "c")
 }
+
+// TestWholeGroupRestarts: every replica stops at once and starts again
+// from its log, which records a commit index only beside entries and
+// votes, and compacts after every applied entry: the group elects a
+// leader again and goes on with every value in order.
+func TestWholeGroupRestarts(t *testing.T) {
+	c := newCluster(t, 1, abc...)
+	c.open("g", abc, abc...)
+	c.leader("g", abc...)
+	c.propose(abc, "g", values("one", 20)...)
+	c.converge("g", 20, abc...)
+	waitFor(t, "the applied indexes recorded", func() bool {
+		for _, id := range abc {
+			if c.nodes[id].h.Group("g").FirstIndex() < 20 {
+				return false
+			}
+		}
+		return true
+	})
+	dirs := map[string]string{}
+	for _, id := range abc {
+		dirs[id] = c.nodes[id].dir
+		c.kill(id)
+	}
+	for _, id := range abc {
+		c.start(id, dirs[id])
+		c.open("g", abc, id)
+	}
+	c.propose(abc, "g", "two")
+	got := c.converge("g", 21, abc...)
+	if !slices.Equal(got, append(values("one", 20), "two")) {
+		t.Fatalf("applied %v", got)
+	}
+}

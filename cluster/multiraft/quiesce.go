@@ -120,7 +120,7 @@ func (h *Host) maybeQuiesce(g *Group) bool {
 // committed, applied and stored, every replica holding all of them, no
 // proposal, replica change, transfer or recovery under way.
 func (h *Host) idleLeader(g *Group) bool {
-	if !g.leader || g.recovering.Load() || g.wanted.Load() || g.rn.HasReady() || len(g.learners) > 0 || !g.caughtUp.Load() {
+	if !g.leader || g.recovering.Load() || g.wanted.Load() || g.rn.HasReady() || g.appending > 0 || len(g.learners) > 0 || !g.caughtUp.Load() {
 		return false
 	}
 	st := g.rn.BasicStatus()
