@@ -91,6 +91,7 @@ type node struct {
 	dir    string
 	h      *multiraft.Host
 	store  *raftlog.Store
+	disk   *heldStore
 	in     chan envelope
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -136,7 +137,9 @@ func (c *cluster) start(id, dir string) *node {
 		c.t.Fatal(err)
 	}
 	n := &node{id: id, dir: dir, store: store, in: make(chan envelope, 1<<14), sms: map[string]*toy{}, done: make(chan struct{})}
-	n.h = multiraft.New(multiraft.Options{NodeID: id, Store: raftstore.Store{S: store}, Transport: transport{c.net, id},
+	n.disk = &heldStore{Store: raftstore.Store{S: store}}
+	n.disk.cond = sync.NewCond(&n.disk.mu)
+	n.h = multiraft.New(multiraft.Options{NodeID: id, Store: n.disk, Transport: transport{c.net, id},
 		Tick: tick, ElectionTicks: 10, LogKeep: c.keep, SyncEvery: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
@@ -161,11 +164,53 @@ func (c *cluster) start(id, dir string) *node {
 	return n
 }
 
+// heldStore is a node's raft log whose writes can be held, as a slow
+// disk holds them: a Save waits while held.
+type heldStore struct {
+	raftstore.Store
+	mu     sync.Mutex
+	cond   *sync.Cond
+	held   bool
+	saving int // Saves of entries waiting while held
+}
+
+func (s *heldStore) Save(ws []multiraft.Write, sync bool) error {
+	entries := slices.ContainsFunc(ws, func(w multiraft.Write) bool { return len(w.Entries) > 0 })
+	s.mu.Lock()
+	for s.held {
+		if entries {
+			s.saving++
+		}
+		s.cond.Wait()
+		if entries {
+			s.saving--
+		}
+	}
+	s.mu.Unlock()
+	return s.Store.Save(ws, sync)
+}
+
+// hold holds the node's raft log writes, or lets them go.
+func (s *heldStore) hold(on bool) {
+	s.mu.Lock()
+	s.held = on
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+// waiting reports whether a write of entries waits on the hold.
+func (s *heldStore) waiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.saving > 0
+}
+
 // stop ends the host, as a crash after its last write would.
 func (n *node) stop() {
 	if n.cancel == nil {
 		return
 	}
+	n.disk.hold(false)
 	n.cancel()
 	<-n.done
 	_ = n.store.Close()
@@ -977,4 +1022,63 @@ func TestWholeGroupRestarts(t *testing.T) {
 	if !slices.Equal(got, append(values("one", 20), "two")) {
 		t.Fatalf("applied %v", got)
 	}
+}
+
+// TestNothingCommitsBeforeADiskHasIt: raft's log writes run beside the
+// driver, and what depends on them waits for them. With every replica's
+// writes held, a value proposed is applied nowhere, and the driver goes
+// on (the leader keeps leading). With one follower's writes let go, one
+// disk of three holds it: still applied nowhere. With the other
+// follower's too, a majority does: both followers apply it, and the
+// leader, whose own write is still held, once its log holds it.
+func TestNothingCommitsBeforeADiskHasIt(t *testing.T) {
+	c := newCluster(t, 100, abc...)
+	c.open("g", abc, abc...)
+	lead := c.leader("g", abc...)
+	c.propose(abc, "g", "one")
+	c.converge("g", 1, abc...)
+	var followers []string
+	for _, id := range abc {
+		c.nodes[id].disk.hold(true)
+		if id != lead {
+			followers = append(followers, id)
+		}
+	}
+	sm := c.sm(lead, "g")
+	sm.mu.Lock()
+	sm.pending = append(sm.pending, pendingValue{v: "two", done: make(chan error, 1)})
+	g := sm.g
+	sm.mu.Unlock()
+	g.Wake()
+	waitFor(t, "every replica's write of two waiting", func() bool {
+		for _, id := range abc {
+			if !c.nodes[id].disk.waiting() {
+				return false
+			}
+		}
+		return true
+	})
+	appliedNowhere := func(what string) {
+		t.Helper()
+		for end := time.Now().Add(3 * election); time.Now().Before(end); time.Sleep(tick) {
+			for _, id := range abc {
+				if got := c.sm(id, "g").list(); len(got) != 1 {
+					t.Fatalf("%s applied %v with %s", id, got, what)
+				}
+			}
+		}
+	}
+	appliedNowhere("no disk holding two")
+	if !c.nodes[lead].h.Group("g").IsLeader() {
+		t.Fatalf("%s lost its leadership while the disks were slow", lead)
+	}
+	c.nodes[followers[0]].disk.hold(false)
+	appliedNowhere("one disk of three holding two")
+	c.nodes[followers[1]].disk.hold(false)
+	c.converge("g", 2, followers...)
+	if got := c.sm(lead, "g").list(); len(got) != 1 {
+		t.Fatalf("the leader applied %v before its own log held two", got)
+	}
+	c.nodes[lead].disk.hold(false)
+	c.converge("g", 2, abc...)
 }
