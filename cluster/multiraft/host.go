@@ -914,7 +914,10 @@ func (h *Host) checkpointed(c checkpointDone) {
 // compact drops the entries this node applied and synced but the last
 // LogKeep, kept for a replica that comes back.
 func (h *Host) compact(g *Group) {
-	upTo, keep := g.synced, h.o.LogKeep
+	// Never past what raft applied in this run: a state machine may store
+	// more than the applied index recorded before a restart, which raft
+	// applies again from (the stored commit index may lag, append.go).
+	upTo, keep := min(g.synced, g.rn.BasicStatus().Applied), h.o.LogKeep
 	if upTo <= keep {
 		return
 	}
@@ -962,6 +965,11 @@ func (h *Host) transfer() {
 	h.mu.Lock()
 	live := h.leaving
 	h.mu.Unlock()
+	if h.writeErr != nil {
+		// This node's raft log takes no write: it commits nothing more,
+		// and another replica must lead (append.go).
+		live = h.o.Live
+	}
 	if live == nil {
 		return
 	}
