@@ -149,12 +149,15 @@ func (h *Host) writeLoop(ctx context.Context) {
 // readable to raft, and the messages held back for them go. A failed
 // write leaves the log unwritable: nothing asked after it is stored, and
 // nothing it or they held back is delivered, for raft would take a later
-// append's word as covering the lost one.
+// append's word as covering the lost one. This node then votes for no
+// one and wins no election (a vote must be stored first), and hands the
+// groups it leads to other replicas (transfer): a leader that commits
+// nothing would otherwise keep its partitions, heartbeats and all.
 func (h *Host) appended(w logWrite) {
 	h.writing = false
 	if w.err != nil && h.writeErr == nil {
 		h.writeErr = w.err
-		h.log.Error("raft log write failed; this node's replicas store nothing more until it restarts", "err", w.err)
+		h.log.Error("raft log write failed; this node's replicas store nothing more until it restarts, and the groups it leads are handed to other replicas", "err", w.err)
 	}
 	failed := map[*Group]bool{}
 	for _, r := range w.reqs {

@@ -172,6 +172,16 @@ type heldStore struct {
 	cond   *sync.Cond
 	held   bool
 	saving int // Saves of entries waiting while held
+	broken bool
+}
+
+var errDiskBroken = errors.New("input/output error")
+
+// breakDisk makes every later Save fail, as a disk that died does.
+func (s *heldStore) breakDisk() {
+	s.mu.Lock()
+	s.broken = true
+	s.mu.Unlock()
 }
 
 func (s *heldStore) Save(ws []multiraft.Write, sync bool) error {
@@ -186,7 +196,11 @@ func (s *heldStore) Save(ws []multiraft.Write, sync bool) error {
 			s.saving--
 		}
 	}
+	broken := s.broken
 	s.mu.Unlock()
+	if broken {
+		return errDiskBroken
+	}
 	return s.Store.Save(ws, sync)
 }
 
@@ -342,6 +356,7 @@ type toy struct {
 	waiting   map[string]chan error
 	leader    bool
 	removed   bool
+	failed    error // the raft log's write error, when told
 	installed []uint64
 }
 
@@ -420,8 +435,12 @@ func (s *toy) LeaderChanged(leader bool) {
 	}
 }
 
-func (s *toy) Persisted()   {}
-func (s *toy) Failed(error) {}
+func (s *toy) Persisted() {}
+func (s *toy) Failed(err error) {
+	s.mu.Lock()
+	s.failed = err
+	s.mu.Unlock()
+}
 
 func (s *toy) Removed() {
 	s.mu.Lock()
@@ -1082,4 +1101,43 @@ func TestNothingCommitsBeforeADiskHasIt(t *testing.T) {
 	}
 	c.nodes[lead].disk.hold(false)
 	c.converge("g", 2, abc...)
+}
+
+// TestLeaderWhoseLogFailsHandsOver: the leader's raft log stops taking
+// writes. What it proposed after fails (the state machine is told), and
+// it hands the leadership to another replica, which commits what is
+// proposed to it with the third.
+func TestLeaderWhoseLogFailsHandsOver(t *testing.T) {
+	c := newCluster(t, 100, abc...)
+	c.open("g", abc, abc...)
+	lead := c.leader("g", abc...)
+	c.propose(abc, "g", "one")
+	c.converge("g", 1, abc...)
+	c.nodes[lead].disk.breakDisk()
+	sm := c.sm(lead, "g")
+	sm.mu.Lock()
+	sm.pending = append(sm.pending, pendingValue{v: "lost", done: make(chan error, 1)})
+	g := sm.g
+	sm.mu.Unlock()
+	g.Wake()
+	waitFor(t, "the broken leader's state machine told", func() bool {
+		sm.mu.Lock()
+		defer sm.mu.Unlock()
+		return sm.failed != nil
+	})
+	var others []string
+	for _, id := range abc {
+		if id != lead {
+			others = append(others, id)
+		}
+	}
+	next := c.leader("g", others...)
+	if c.nodes[lead].h.Group("g").IsLeader() {
+		t.Fatalf("%s leads still, its log broken", lead)
+	}
+	c.propose(others, "g", "two")
+	got := c.converge("g", 2, others...)
+	if got[len(got)-1] != "two" {
+		t.Fatalf("%s's group applied %v", next, got)
+	}
 }
