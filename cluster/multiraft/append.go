@@ -159,7 +159,7 @@ func (h *Host) appended(w logWrite) {
 		h.writeErr = w.err
 		h.log.Error("raft log write failed; this node's replicas store nothing more until it restarts, and the groups it leads are handed to other replicas", "err", w.err)
 	}
-	failed := map[*Group]bool{}
+	var failed map[*Group]bool // on a failure only: this runs for every write
 	for _, r := range w.reqs {
 		g, m := r.g, r.m
 		g.appending--
@@ -167,6 +167,9 @@ func (h *Host) appended(w logWrite) {
 			continue
 		}
 		if w.err != nil {
+			if failed == nil {
+				failed = map[*Group]bool{}
+			}
 			if !failed[g] {
 				failed[g] = true
 				g.sm.Failed(fmt.Errorf("raft log: %w", w.err))

@@ -295,13 +295,7 @@ func (c *cluster) propose(among []string, group string, values ...string) {
 	for _, v := range values {
 		for tries := 0; ; tries++ {
 			id := c.leader(group, among...)
-			sm := c.sm(id, group)
-			done := make(chan error, 1)
-			sm.mu.Lock()
-			sm.pending = append(sm.pending, pendingValue{v: v, done: done})
-			g := sm.g
-			sm.mu.Unlock()
-			g.Wake()
+			done := c.sm(id, group).offer(v)
 			var err error
 			select {
 			case err = <-done:
@@ -388,6 +382,18 @@ func (s *toy) Apply(ents []*rpb.Entry) {
 		}
 		s.stored = max(s.stored, e.GetIndex())
 	}
+}
+
+// offer gives v to the state machine to propose, and wakes its group: the
+// channel tells how it went.
+func (s *toy) offer(v string) chan error {
+	done := make(chan error, 1)
+	s.mu.Lock()
+	s.pending = append(s.pending, pendingValue{v: v, done: done})
+	g := s.g
+	s.mu.Unlock()
+	g.Wake()
+	return done
 }
 
 func (s *toy) Stored() uint64 {
@@ -1065,11 +1071,7 @@ func TestNothingCommitsBeforeADiskHasIt(t *testing.T) {
 		}
 	}
 	sm := c.sm(lead, "g")
-	sm.mu.Lock()
-	sm.pending = append(sm.pending, pendingValue{v: "two", done: make(chan error, 1)})
-	g := sm.g
-	sm.mu.Unlock()
-	g.Wake()
+	sm.offer("two")
 	waitFor(t, "every replica's write of two waiting", func() bool {
 		for _, id := range abc {
 			if !c.nodes[id].disk.waiting() {
@@ -1115,11 +1117,7 @@ func TestLeaderWhoseLogFailsHandsOver(t *testing.T) {
 	c.converge("g", 1, abc...)
 	c.nodes[lead].disk.breakDisk()
 	sm := c.sm(lead, "g")
-	sm.mu.Lock()
-	sm.pending = append(sm.pending, pendingValue{v: "lost", done: make(chan error, 1)})
-	g := sm.g
-	sm.mu.Unlock()
-	g.Wake()
+	sm.offer("lost")
 	waitFor(t, "the broken leader's state machine told", func() bool {
 		sm.mu.Lock()
 		defer sm.mu.Unlock()
