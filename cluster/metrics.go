@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	rpb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/shardq/shardq/queue"
 )
@@ -32,6 +33,10 @@ type Metrics struct {
 	proposals prometheus.Histogram
 	copies    prometheus.Counter
 	logWrite  prometheus.Histogram
+	// raftIn counts the raft messages this node received, by type
+	// (raftpb.MessageType); raftInByType holds its children.
+	raftIn       *prometheus.CounterVec
+	raftInByType [rpb.MsgForgetLeader + 1]prometheus.Counter
 }
 
 // NewMetrics returns the cluster's metrics, registered on reg when it is
@@ -59,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 		leasesLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_leases_lost_total",
 			Help: "Times this node lost its cluster lease in etcd (it serves no partition until it joined again).", ConstLabels: l}),
 		recovering: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardq_cluster_raft_recovering_groups",
-			Help: "Raft groups of this node whose log lost entries (salvaged after damage): they take no part in elections until a leader has given them back every committed entry."}),
+			Help: "Raft groups of this node whose log lost entries (salvaged after damage): they take no part in elections until a leader has given them back every committed entry.", ConstLabels: l}),
 		quiesced: prometheus.NewGauge(prometheus.GaugeOpts{Name: "shardq_cluster_raft_quiesced_groups",
 			Help: "Raft groups of this node that are idle and stopped ticking and heartbeating; the first write or message wakes them.", ConstLabels: l}),
 		elections: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_leader_changes_total",
@@ -74,9 +79,14 @@ func NewMetrics(reg prometheus.Registerer, node string) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		copies: prometheus.NewCounter(prometheus.CounterOpts{Name: "shardq_cluster_replica_copies_total",
 			Help: "Copies of a partition this leader sent to a replica its compacted raft log had left behind.", ConstLabels: l}),
+		raftIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shardq_cluster_raft_messages_received_total",
+			Help: "Raft messages this node received from other nodes, by type (MsgApp: entries or a commit index from a leader, MsgAppResp: a replica's answer, MsgHeartbeat, MsgVote and so on).", ConstLabels: l}, []string{"type"}),
+	}
+	for t := range m.raftInByType {
+		m.raftInByType[t] = m.raftIn.WithLabelValues(rpb.MessageType(t).String())
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.leasesLost, m.elections, m.recovering, m.quiesced, m.lag, m.proposals, m.copies, m.logWrite} {
+		for _, c := range []prometheus.Collector{m.owned, m.epoch, m.forwards, m.latency, m.moves, m.claims, m.routed, m.remote, m.leasesLost, m.elections, m.recovering, m.quiesced, m.lag, m.proposals, m.copies, m.logWrite, m.raftIn} {
 			reg.MustRegister(c)
 		}
 	}
@@ -95,4 +105,11 @@ func (m *Metrics) setOwned(id queue.PartitionID, epoch uint64, owned bool) {
 	}
 	m.owned.DeleteLabelValues(id.Queue, p)
 	m.epoch.DeleteLabelValues(id.Queue, p)
+}
+
+// raftReceived counts a raft message received.
+func (m *Metrics) raftReceived(t rpb.MessageType) {
+	if int(t) < len(m.raftInByType) {
+		m.raftInByType[t].Inc()
+	}
 }

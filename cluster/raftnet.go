@@ -182,6 +182,7 @@ func (s *server) Raft(stream pb.Node_RaftServer) error {
 				s.n.log.Warn("raft message undecodable", "group", w.Group, "err", err)
 				continue
 			}
+			s.n.Metrics().raftReceived(m.GetType())
 			if err := h.mr.Step(stream.Context(), w.Group, m); err != nil {
 				return err
 			}

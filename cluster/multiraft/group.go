@@ -25,9 +25,12 @@ type Group struct {
 	// is this replica's raft id (ids.go).
 	replicas []string
 	learners []string
-	ids      map[string]uint64
-	nodes    map[uint64]string
-	self     uint64
+	// heldCommits are this leader's appends of nothing to each replica,
+	// held until the next tick (holdCommit; driver goroutine).
+	heldCommits map[uint64]*rpb.Message
+	ids         map[string]uint64
+	nodes       map[uint64]string
+	self        uint64
 
 	// Driver goroutine only.
 	leader bool
@@ -63,6 +66,9 @@ type Group struct {
 	// upToDate: the replicas whose log holds what the leader committed,
 	// but UpToDateSlack entries (guarded by Host.mu).
 	upToDate []string
+	// watched is what the leader saw of each replica, by raft id, at its
+	// last tick (Group.watch; driver goroutine).
+	watched map[uint64]watched
 
 	// wanted: the state machine has something to propose; onList: the
 	// group is on the host's woken list.
@@ -533,6 +539,7 @@ func (h *Host) drop(g *Group, why string) {
 	h.mu.Unlock()
 	delete(h.dirty, g)
 	delete(h.awake, g)
+	delete(h.holding, g)
 	g.removed = true
 	if g.quiesced.Swap(false) {
 		h.setQuiesced(-1)

@@ -211,6 +211,9 @@ type Host struct {
 	// took most of an idle node's time with thousands of groups.
 	woken []*Group
 	dirty map[*Group]bool
+	// holding are the groups with appends of nothing held until the next
+	// tick (holdCommit; driver goroutine).
+	holding map[*Group]bool
 	// awake are the groups that tick (driver goroutine); quiesced counts
 	// the others (quiesce.go). pinged is the nodes pinged each tick
 	// (driver goroutine); silent the nodes not heard from for an election
@@ -281,7 +284,7 @@ func New(o Options) *Host {
 		closes: make(chan *Group), closed: map[string]bool{}, done: make(chan struct{}),
 		awake: map[*Group]bool{}, unsynced: map[*Group]bool{}, heard: map[uint64]time.Time{},
 		run: binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano())), peerRun: map[uint64]string{},
-		checkpoints: make(chan checkpointDone, 1), dirty: map[*Group]bool{},
+		checkpoints: make(chan checkpointDone, 1), dirty: map[*Group]bool{}, holding: map[*Group]bool{},
 		toWrite: make(chan logWrite, 1), written: make(chan logWrite, 1)}
 }
 
@@ -537,6 +540,7 @@ func (h *Host) Run(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			h.ping(now)
+			h.sendHeld()
 			for g := range h.awake {
 				// Before its tick, which has a leader heartbeat.
 				if h.maybeQuiesce(g) {
@@ -787,10 +791,14 @@ func (h *Host) progress(g *Group) {
 		if id == g.self {
 			lag = 0
 		}
-		if lag <= h.o.InSyncLag && (id == g.self || pr.RecentActive) {
+		active, stuck := true, false
+		if id != g.self {
+			active, stuck = g.watch(id, pr, lag, 2*h.o.ElectionTicks)
+		}
+		if lag <= h.o.InSyncLag && active && !stuck {
 			in = append(in, node)
 		}
-		if id == g.self || (pr.RecentActive && pr.Match+upToDateSlack >= commit) {
+		if active && !stuck && pr.Match+upToDateSlack >= commit {
 			upToDate = append(upToDate, node)
 		}
 		if obs.Lag != nil {
@@ -817,6 +825,41 @@ func (h *Host) progress(g *Group) {
 // up to date: those in flight to it.
 const upToDateSlack = 8
 
+// watched is what a leader saw of a replica at its last tick.
+type watched struct {
+	active bool   // raft's RecentActive
+	match  uint64 // where the replica's log stood
+	still  int    // ticks its log stood there lacking entries
+}
+
+// watch tells, at a tick of the leader, whether replica id is active and
+// whether its log is stuck (driver goroutine). Active: raft heard from it
+// within an election timeout. raft forgets that at every election
+// timeout (CheckQuorum) and learns it again with the next answer, so a
+// replica is taken for inactive only when raft found it so at two ticks
+// in a row, not for the tick after each timeout. Stuck: its log, at match
+// and lag entries behind the leader's, has not moved for limit ticks
+// while it lacked entries. Such a replica answers heartbeats, which need
+// no disk, but stores nothing: its disk hangs or fails. It is not in sync
+// however few entries it lacks, so that the leadership is not handed to
+// it (a transfer waits for its log to match, and the leader takes no
+// proposal meanwhile) and no quorum is counted on it.
+func (g *Group) watch(id uint64, pr tracker.Progress, lag uint64, limit int) (active, stuck bool) {
+	w, seen := g.watched[id]
+	active = pr.RecentActive || seen && w.active
+	if lag == 0 || pr.Match != w.match {
+		w.match, w.still = pr.Match, 0
+	} else {
+		w.still++
+	}
+	w.active = pr.RecentActive
+	if g.watched == nil {
+		g.watched = map[uint64]watched{}
+	}
+	g.watched[id] = w
+	return active, w.still >= limit
+}
+
 // send hands messages to the transport.
 func (h *Host) send(g *Group, msgs []*rpb.Message) {
 	for _, m := range msgs {
@@ -831,8 +874,70 @@ func (h *Host) send(g *Group, msgs []*rpb.Message) {
 		if g.recovering.Load() && (m.GetType() == rpb.MessageType_MsgPreVote || m.GetType() == rpb.MessageType_MsgVote) {
 			continue // asks for no votes (recovery.go)
 		}
-		if h.o.Transport == nil || !h.o.Transport.Send(node, g.name, m) {
-			g.rn.ReportUnreachable(m.GetTo())
+		if m.GetType() == rpb.MessageType_MsgApp {
+			if len(m.GetEntries()) == 0 && g.leader {
+				h.holdCommit(g, m)
+				continue
+			}
+			delete(g.heldCommits, m.GetTo()) // this one carries it
+		}
+		h.transmit(g, node, m)
+	}
+}
+
+// transmit hands m to the transport, for node.
+func (h *Host) transmit(g *Group, node string, m *rpb.Message) {
+	if h.o.Transport == nil || !h.o.Transport.Send(node, g.name, m) {
+		g.rn.ReportUnreachable(m.GetTo())
+	}
+}
+
+// A leader whose commit index moves sends it at once to every replica,
+// as an append of nothing, which the replica answers: under load, two
+// messages more per replica per commit, as many as the entries took. Only
+// the leader serves a partition; a follower applies entries for a
+// failover and for compaction, and neither needs the commit index before
+// the next tick. So an append of nothing is held until the next tick, and
+// dropped if another append to the replica went meanwhile (it carries the
+// commit index, and finds where the replica's log stands as well) or if
+// at the tick the replica holds every entry sent to it: the tick's
+// heartbeat carries the commit index. Otherwise it goes at the tick: raft
+// needs it to learn where a replica's log stands, when appends were lost.
+
+// holdCommit holds a leader's append of nothing to a replica until the
+// next tick (driver goroutine).
+func (h *Host) holdCommit(g *Group, m *rpb.Message) {
+	if g.heldCommits == nil {
+		g.heldCommits = map[uint64]*rpb.Message{}
+	}
+	g.heldCommits[m.GetTo()] = m
+	h.holding[g] = true
+}
+
+// sendHeld sends, at a tick, the appends of nothing still held that
+// raft needs (driver goroutine).
+func (h *Host) sendHeld() {
+	for g := range h.holding {
+		delete(h.holding, g)
+		held := g.heldCommits
+		g.heldCommits = nil
+		if g.removed || !g.leader {
+			continue
+		}
+		st := g.rn.BasicStatus()
+		term := st.GetTerm()
+		var msgs []*rpb.Message
+		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+			m := held[id]
+			if m == nil || m.GetTerm() != term || pr.State == tracker.StateReplicate && pr.Match+1 == pr.Next {
+				return
+			}
+			msgs = append(msgs, m)
+		})
+		for _, m := range msgs {
+			if node := g.node(m.GetTo()); node != "" {
+				h.transmit(g, node, m)
+			}
 		}
 	}
 }

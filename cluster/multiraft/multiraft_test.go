@@ -1139,3 +1139,38 @@ func TestLeaderWhoseLogFailsHandsOver(t *testing.T) {
 		t.Fatalf("%s's group applied %v", next, got)
 	}
 }
+
+// TestReplicaWhoseDiskHangsLeavesTheInSync: a follower whose raft log
+// takes no write (a hung disk) still answers heartbeats, yet it is not
+// in sync once its log stood still for two election timeouts lacking an
+// entry, however few it lacks: a leadership handed to it would never
+// arrive. Once its disk writes again it catches up and is back in sync.
+func TestReplicaWhoseDiskHangsLeavesTheInSync(t *testing.T) {
+	c := newCluster(t, 100, abc...)
+	c.open("g", abc, abc...)
+	lead := c.leader("g", abc...)
+	c.propose(abc, "g", "one")
+	c.converge("g", 1, abc...)
+	var hung string
+	for _, id := range abc {
+		if id != lead {
+			hung = id
+			break
+		}
+	}
+	g := c.nodes[lead].h.Group("g")
+	inSync := func() []string {
+		in, _ := g.InSync()
+		return in
+	}
+	waitFor(t, hung+" in sync", func() bool { return slices.Contains(inSync(), hung) })
+	c.nodes[hung].disk.hold(true)
+	c.propose(abc, "g", "two")
+	waitFor(t, hung+" out of the in-sync replicas, its disk hung", func() bool { return !slices.Contains(inSync(), hung) })
+	if up, _ := g.UpToDate(); slices.Contains(up, hung) {
+		t.Fatalf("%s counted up to date, its disk hung: %v", hung, up)
+	}
+	c.nodes[hung].disk.hold(false)
+	c.converge("g", 2, abc...)
+	waitFor(t, hung+" back in sync", func() bool { return slices.Contains(inSync(), hung) })
+}
