@@ -202,7 +202,7 @@ func parseArgs(args []string, stderr io.Writer) (cliOptions, error) {
 	fs.BoolVar(&opts.json, "json", false, "print JSON instead of tables")
 	fs.IntVar(&cfg.Messages, "messages", 0, "total messages to publish (0: for --duration); backlog fill size")
 	fs.DurationVar(&cfg.Drain, "drain", cfg.Drain, "wait for in-flight messages after producers stop (backlog: idle bound)")
-	fs.IntVar(&cfg.BrokerPID, "broker-pid", 0, "broker `PID`: report its resident memory")
+	fs.IntVar(&cfg.BrokerPID, "broker-pid", 0, "broker `PID`: report its resident memory and, over the measured window, the CPU it used per message")
 	fs.IntVar(&opts.vsPID, "vs-pid", 0, "`PID` of the --vs broker")
 	fs.DurationVar(&cfg.AckInterval, "ack-interval", cfg.AckInterval, "how often consumers flush PUBACKs")
 	receiveMax := fs.Uint("receive-max", 0, "consumers' Receive Maximum (0: not sent)")

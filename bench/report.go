@@ -59,6 +59,11 @@ type Result struct {
 	RSSAfterFillKB int64 `json:"rss_after_fill_kb,omitempty"`
 	RSSKB          int64 `json:"rss_kb,omitempty"`
 	RSSPeakKB      int64 `json:"rss_peak_kb,omitempty"`
+	// BrokerCPUUsPerMsg is the CPU time (user and system) the broker's
+	// process used in the measured window per message measured, and
+	// BrokerCores that time over the window: with --broker-pid, on Linux.
+	BrokerCPUUsPerMsg float64 `json:"broker_cpu_us_per_msg,omitempty"`
+	BrokerCores       float64 `json:"broker_cores,omitempty"`
 
 	Producers int     `json:"producers"`
 	Consumers int     `json:"consumers"`
@@ -116,6 +121,9 @@ func (r *Result) WriteText(w io.Writer) error {
 			mem = fmt.Sprintf("%s MB after fill, %s", mb(r.RSSAfterFillKB), mem)
 		}
 		p("broker RSS\t%s", mem)
+	}
+	if r.BrokerCPUUsPerMsg > 0 {
+		p("broker CPU\t%.1f µs/msg  (%.2f cores)", r.BrokerCPUUsPerMsg, r.BrokerCores)
 	}
 	p("latency (ms)\tp50\tp90\tp99\tp99.9\tmax\tcount")
 	if r.PubAck.Count > 0 {

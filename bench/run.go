@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -72,6 +73,7 @@ func (r *runner) steady(ctx context.Context) (*Result, error) {
 	r.meter.setWindow(from, to)
 	stopProgress := r.startProgress(start)
 	defer stopProgress()
+	cpu := r.watchCPU(ctx, from, to)
 
 	stop, cancel := ctx, context.CancelFunc(func() {})
 	if !to.IsZero() {
@@ -106,6 +108,10 @@ func (r *runner) steady(ctx context.Context) (*Result, error) {
 	}
 	res := r.result(producers, r.meter.measured.Load(), end.Sub(from))
 	res.Drained = drained
+	if used, ok := cpu(); ok && res.Measured > 0 && timeBound {
+		res.BrokerCPUUsPerMsg = float64(used.Microseconds()) / float64(res.Measured)
+		res.BrokerCores = used.Seconds() / to.Sub(from).Seconds()
+	}
 	return res, nil
 }
 
@@ -365,6 +371,68 @@ func firstLost(cs []*consumer) error {
 		}
 	}
 	return nil
+}
+
+// watchCPU reads the broker's CPU time at from and at to, on a goroutine
+// of its own; the function it returns waits for the second reading and
+// returns the time used in between, false when there is no broker pid,
+// no end, or /proc cannot be read.
+func (r *runner) watchCPU(ctx context.Context, from, to time.Time) func() (time.Duration, bool) {
+	if r.cfg.BrokerPID == 0 || to.IsZero() {
+		return func() (time.Duration, bool) { return 0, false }
+	}
+	type reading struct {
+		used time.Duration
+		ok   bool
+	}
+	done := make(chan reading, 1)
+	go func() {
+		at := func(t time.Time) (time.Duration, bool) {
+			select {
+			case <-time.After(time.Until(t)):
+			case <-ctx.Done():
+				return 0, false
+			}
+			return processCPU(r.cfg.BrokerPID)
+		}
+		a, okA := at(from)
+		b, okB := at(to)
+		done <- reading{b - a, okA && okB}
+	}()
+	return func() (time.Duration, bool) {
+		x := <-done
+		return x.used, x.ok
+	}
+}
+
+// clockTick is the unit of the CPU times in /proc/PID/stat: USER_HZ, 100
+// on Linux whatever the kernel's own tick.
+const clockTick = 10 * time.Millisecond
+
+// processCPU returns the user and system time process pid has used, from
+// /proc/PID/stat.
+func processCPU(pid int) (time.Duration, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name, in parentheses, may hold spaces: fields are
+	// counted after its closing one. utime and stime are fields 14 and
+	// 15, the 12th and 13th after it.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(u+st) * clockTick, true
 }
 
 // memory is a broker's resident set size, in kB.

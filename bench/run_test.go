@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"reflect"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -307,4 +309,52 @@ func TestRunProduceAndBacklogAgainstPlainBroker(t *testing.T) {
 			t.Fatal("Run against a closed port succeeded")
 		}
 	})
+}
+
+// TestRunReportsBrokerCPU: with the broker's pid, a timed run reports the
+// CPU the broker's process used in the measured window per message. The
+// broker here runs in the test's own process, which holds the load
+// generator too: a process that did the work used CPU for it.
+func TestRunReportsBrokerCPU(t *testing.T) {
+	cfg := smallRun(startMochi(t, nil))
+	cfg.Scenario, cfg.Messages = ScenarioPubSub, 0
+	cfg.Warmup, cfg.Duration, cfg.Rate = 100*time.Millisecond, 700*time.Millisecond, 3000
+	cfg.BrokerPID = os.Getpid()
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !res.Valid || res.Measured == 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if res.BrokerCPUUsPerMsg <= 0 || res.BrokerCores <= 0 || res.BrokerCores > float64(runtime.NumCPU())+0.5 {
+		t.Fatalf("broker CPU %.2f µs/msg, %.3f cores over %d messages: want some, and no more than the machine has", res.BrokerCPUUsPerMsg, res.BrokerCores, res.Measured)
+	}
+	if got := float64(res.Measured) * res.BrokerCPUUsPerMsg / 1e6; got > cfg.Duration.Seconds()*float64(runtime.NumCPU())+0.1 {
+		t.Fatalf("%.2f s of CPU in a window of %s", got, cfg.Duration)
+	}
+
+	// Without a pid, nothing is reported.
+	cfg.BrokerPID = 0
+	res, err = Run(context.Background(), cfg)
+	if err != nil || res.BrokerCPUUsPerMsg != 0 || res.BrokerCores != 0 {
+		t.Fatalf("without a pid: %+v, %v", res, err)
+	}
+}
+
+func TestProcessCPU(t *testing.T) {
+	before, ok := processCPU(os.Getpid())
+	if !ok {
+		t.Fatal("no CPU time read for this process")
+	}
+	// Busy until the CPU time moves on, one clock tick at least.
+	deadline := time.Now().Add(10 * time.Second)
+	for after := before; after <= before; after, _ = processCPU(os.Getpid()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU time still %s after 10 s of a busy loop", after)
+		}
+	}
+	if _, ok := processCPU(1 << 30); ok {
+		t.Fatal("CPU time read for a process that does not exist")
+	}
 }

@@ -13,14 +13,18 @@
 # then runs `shardq bench pubsub` against mochi and mosquitto and
 # `shardq bench cycle` against both shardq nodes (the key node with 64 and
 # with 10,000 keys), and the defaults' cycle with a paho.mqtt.golang 3.1.1
-# consumer against mochi's pubsub with the same consumer, every run once
+# consumer against mochi's pubsub with the same consumer, and the defaults'
+# cycle against mochi's pubsub at fixed rates of 10k, 20k and 25k msgs/s
+# (broker CPU per message and PUBACK latency at equal load), every run once
 # per round, for ROUNDS rounds; then
 # shardq-none once more at half its median rate (PUBACK latency below
 # saturation); then, each on a fresh node, 10,000 idle queues with one
-# message each (bench/queuesprobe: the node's RSS) and the restart of a
-# node holding a BACKLOG-message backlog (time until it accepts MQTT
-# again). It writes the report (bench/cmd/benchreport). Every process it
-# starts is stopped when it exits.
+# message each (bench/queuesprobe: the node's RSS) and a BACKLOG-message
+# backlog (the node's resident memory with it, and the time until it
+# accepts MQTT again after a restart). Every run passes the broker's pid,
+# so each result has the broker's CPU per message. It writes the report
+# (bench/cmd/benchreport). Every process it starts is stopped when it
+# exits.
 #
 # Environment:
 #   ROUNDS=3              rounds
@@ -28,7 +32,7 @@
 #   WARMUP=1s             warm-up of each run, not measured
 #   BENCH_ARGS=           more flags for every run, e.g. "--producers 8"
 #   IDLE_QUEUES=10000     idle queues for the memory probe (0 skips it)
-#   BACKLOG=1000000       messages of the restart probe's backlog (0 skips it)
+#   BACKLOG=5000000       messages of the backlog probe: resident memory, restart (0 skips it)
 #   OUT=docs/BENCHMARKS.md
 #   WORK_DIR=             data directories, configs, logs and results; default
 #                         a new directory in ${TMPDIR:-/tmp}, removed at exit
@@ -45,7 +49,7 @@ WARMUP=${WARMUP:-1s}
 OUT=${OUT:-docs/BENCHMARKS.md}
 GO=${GO:-go}
 IDLE_QUEUES=${IDLE_QUEUES:-10000}
-BACKLOG=${BACKLOG:-1000000}
+BACKLOG=${BACKLOG:-5000000}
 read -ra extra_args <<<"${BENCH_ARGS:-}"
 
 cd "$(dirname "$0")/.."
@@ -225,6 +229,12 @@ runs=(
 	"mochi-311 mochi pubsub --consumer-client paho311"
 	"shardq-default-311 shardq-default cycle --consumer-client paho311 --keys 10000 --ordering-check"
 	"shardq-default-311-64keys shardq-default cycle --consumer-client paho311 --ordering-check"
+	"mochi-10k mochi pubsub --rate 10000"
+	"shardq-default-10k shardq-default cycle --receive-max 1024 --keys 10000 --ordering-check --rate 10000"
+	"mochi-20k mochi pubsub --rate 20000"
+	"shardq-default-20k shardq-default cycle --receive-max 1024 --keys 10000 --ordering-check --rate 20000"
+	"mochi-25k mochi pubsub --rate 25000"
+	"shardq-default-25k shardq-default cycle --receive-max 1024 --keys 10000 --ordering-check --rate 25000"
 )
 failed=()
 results=()
@@ -308,6 +318,10 @@ if ((BACKLOG > 0)); then
 		>"$work/backlog.json" 2>"$work/backlog.err" || true
 	acked=$(sed -n 's/^  "acked": \([0-9]*\),$/\1/p' "$work/backlog.json")
 	[[ ${acked:-0} == "$BACKLOG" ]] || failed+=("backlog fill: ${acked:-0} of $BACKLOG acknowledged $(head -n 1 "$work/backlog.err")")
+	# What the node holds resident with the backlog, anonymous memory and
+	# mapped files apart.
+	rss_of() { sed -n "s/^$1:[[:space:]]*\([0-9]*\) kB$/\1/p" "/proc/${pid[shardq-backlog]}/status"; }
+	backlog_rss=$(rss_of VmRSS) backlog_anon=$(rss_of RssAnon) backlog_file=$(rss_of RssFile)
 	kill -TERM "${pid[shardq-backlog]}" && wait "${pid[shardq-backlog]}" 2>/dev/null || true
 	REPLY=$backlog_port
 	t0=$(date +%s%N)
@@ -318,8 +332,8 @@ if ((BACKLOG > 0)); then
 	done
 	t1=$(date +%s%N)
 	ms=$(((t1 - t0) / 1000000))
-	restart_note="**Restart:** a node holding a backlog of $BACKLOG messages (\`shardq bench produce --messages $BACKLOG\`, no consumer) accepts MQTT connections ${ms} ms after \`shardq serve\` starts again (SIGTERM before; recovery runs before the listener opens)."
-	echo "  restart with a backlog of $BACKLOG: ${ms} ms"
+	restart_note="**Backlog:** a node given $BACKLOG messages (\`shardq bench produce --messages $BACKLOG\`, no consumer) holds $((${backlog_rss:-0} >> 10)) MB resident with them ($((${backlog_anon:-0} >> 10)) MB anonymous, $((${backlog_file:-0} >> 10)) MB of mapped files; goal: at most 300 MB for 5,000,000), and accepts MQTT connections ${ms} ms after \`shardq serve\` starts again (SIGTERM before; recovery runs before the listener opens)."
+	echo "  backlog of $BACKLOG: ${backlog_rss:-?} kB resident, restart ${ms} ms"
 fi
 
 mochi_version=$($GO list -m -f '{{.Version}}' github.com/mochi-mqtt/server/v2)
@@ -356,6 +370,16 @@ report_args+=(
 	-run "shardq-default-311-64keys=the same with 64 keys: one unsettled message per key caps it at 64 per round trip"
 	-ratio shardq-default-311/mochi-311@1
 	-ratio shardq-default-311-64keys/mochi-311
+	-run "mochi-10k=\`mochi\` at a fixed 10,000 msgs/s (\`--rate 10000\`)"
+	-run "shardq-default-10k=shardq with every queue setting at its default, 10,000 keys, per-key order checked, consumer Receive Maximum 1024, at a fixed 10,000 msgs/s"
+	-run "mochi-20k=\`mochi\` at 20,000 msgs/s"
+	-run "shardq-default-20k=\`shardq-default-10k\` at 20,000 msgs/s"
+	-run "mochi-25k=\`mochi\` at 25,000 msgs/s"
+	-run "shardq-default-25k=\`shardq-default-10k\` at 25,000 msgs/s (goal: PUBACK p99 at most 5 ms, and at most 1.5 times mochi's)"
+	-ratio cpu:shardq-default-10k/mochi-10k@1.5
+	-ratio cpu:shardq-default-20k/mochi-20k@1.2
+	-ratio p99:shardq-default-25k/mochi-25k@1.5
+	-ratio cpu:shardq-default-25k/mochi-25k
 )
 report_args+=(-ratio shardq-key10k/shardq-none@0.8 -ratio shardq-key-ki16/shardq-none@0.8 -ratio shardq-key/mochi)
 if [[ -n ${pid[mosquitto]:-} ]]; then

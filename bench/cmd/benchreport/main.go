@@ -10,8 +10,11 @@
 // the round. A file that is missing, empty or not a result is shown as an
 // ERROR, with the first line of NAME-rROUND.err beside it when there is
 // one. A ratio NUM/DEN is the throughput of NUM over that of DEN in the
-// same round, where both runs are valid; the report gives each round's and
-// their median, and @GOAL adds the target.
+// same round, where both runs are valid; cpu:NUM/DEN compares the
+// broker's CPU per message instead (results of runs given --broker-pid)
+// and p99:NUM/DEN the PUBACK p99, both lower is better. The report gives
+// each round's ratio and their median, and @GOAL adds the target (at
+// least it for throughput, at most it for the others).
 //
 // The machine line has the CPU model from /proc/cpuinfo, the core count
 // and the Go version from the runtime (the one that built this program and
@@ -42,7 +45,7 @@ func main() {
 		r.runs = append(r.runs, &run{name: name, desc: desc, rounds: map[int]*outcome{}})
 		return nil
 	})
-	flag.Func("ratio", "`NUM/DEN[@GOAL]`: throughput of run NUM over run DEN (repeatable)", func(s string) error {
+	flag.Func("ratio", "`[cpu:|p99:]NUM/DEN[@GOAL]`: throughput (or broker CPU per message, or PUBACK p99) of run NUM over run DEN (repeatable)", func(s string) error {
 		q, err := parseRatio(s)
 		r.ratios = append(r.ratios, q)
 		return err

@@ -64,6 +64,44 @@ type outcome struct {
 type ratio struct {
 	num, den string
 	goal     float64 // 0: none
+	metric   metric
+}
+
+// metric is what a ratio compares.
+type metric string
+
+const (
+	// throughput: msgs/s, higher is better.
+	throughput metric = ""
+	// cpuPerMsg: the broker's CPU per message, lower is better.
+	cpuPerMsg metric = "cpu"
+	// puback99: PUBACK p99, lower is better.
+	puback99 metric = "p99"
+)
+
+// of is the metric's value in res, false when res has none.
+func (m metric) of(res *bench.Result) (float64, bool) {
+	switch m {
+	case cpuPerMsg:
+		return res.BrokerCPUUsPerMsg, res.BrokerCPUUsPerMsg > 0
+	case puback99:
+		return res.PubAckP99Ms, res.PubAck.Count > 0 || res.PubAckP99Ms > 0
+	}
+	return *res.Throughput, true
+}
+
+// lowerIsBetter tells the direction of a goal.
+func (m metric) lowerIsBetter() bool { return m != throughput }
+
+// label names the metric in the ratios table.
+func (m metric) label() string {
+	switch m {
+	case cpuPerMsg:
+		return "CPU per message: "
+	case puback99:
+		return "PUBACK p99: "
+	}
+	return ""
 }
 
 // attachment is a file shown verbatim under Configuration.
@@ -94,14 +132,20 @@ func cpuModel() string {
 	return "unknown CPU"
 }
 
-// parseRatio parses NUM/DEN[@GOAL].
+// parseRatio parses [cpu:|p99:]NUM/DEN[@GOAL].
 func parseRatio(s string) (ratio, error) {
+	var m metric
+	for _, x := range []metric{cpuPerMsg, puback99} {
+		if rest, ok := strings.CutPrefix(s, string(x)+":"); ok {
+			m, s = x, rest
+		}
+	}
 	pair, goal, hasGoal := strings.Cut(s, "@")
 	num, den, ok := strings.Cut(pair, "/")
 	if !ok || num == "" || den == "" {
 		return ratio{}, fmt.Errorf("want NUM/DEN[@GOAL], got %q", s)
 	}
-	q := ratio{num: num, den: den}
+	q := ratio{num: num, den: den, metric: m}
 	if hasGoal {
 		g, err := strconv.ParseFloat(goal, 64)
 		if err != nil || g <= 0 {
@@ -192,13 +236,18 @@ func (o *outcome) valid() bool {
 	return o != nil && o.res != nil && o.res.Valid && o.res.Throughput != nil
 }
 
-// ratioIn is num's throughput over den's in round, or nil.
+// ratioIn is num's metric over den's in round, or nil.
 func (r *report) ratioIn(q ratio, round int) *float64 {
 	a, b := r.run(q.num).rounds[round], r.run(q.den).rounds[round]
-	if !a.valid() || !b.valid() || *b.res.Throughput == 0 {
+	if !a.valid() || !b.valid() {
 		return nil
 	}
-	v := *a.res.Throughput / *b.res.Throughput
+	x, okA := q.metric.of(a.res)
+	y, okB := q.metric.of(b.res)
+	if !okA || !okB || y == 0 {
+		return nil
+	}
+	v := x / y
 	return &v
 }
 
@@ -254,7 +303,7 @@ func (r *report) write(w io.Writer) error {
 		p("")
 		p("## Ratios")
 		p("")
-		p("Throughput of one run over another's in the same round; the median of the rounds.")
+		p("Throughput of one run over another's in the same round, or, where named, the broker's CPU per message (user and system time of its process in the measured window over the messages measured) or the PUBACK p99; the median of the rounds.")
 		p("")
 		p("| ratio | median | per round | goal |")
 		p("| --- | ---: | --- | --- |")
@@ -266,8 +315,8 @@ func (r *report) write(w io.Writer) error {
 	p("")
 	p("## Medians over the valid rounds")
 	p("")
-	p("| run | msgs/s | MB/s | e2e p50 | e2e p99 | e2e p99.9 | PUBACK p50 | PUBACK p99 | valid rounds |")
-	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	p("| run | msgs/s | MB/s | e2e p50 | e2e p99 | e2e p99.9 | PUBACK p50 | PUBACK p99 | broker CPU µs/msg | valid rounds |")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, x := range r.runs {
 		m := func(f func(*bench.Result) float64) *float64 { return r.medianOf(x, f) }
 		valid := 0
@@ -276,7 +325,11 @@ func (r *report) write(w io.Writer) error {
 				valid++
 			}
 		}
-		p("| `%s` | %s | %s | %s | %s | %s | %s | %s | %d of %d |", x.name,
+		cpu := "-"
+		if v := m(func(r *bench.Result) float64 { return r.BrokerCPUUsPerMsg }); v != nil && *v > 0 {
+			cpu = fixed(v, 1)
+		}
+		p("| `%s` | %s | %s | %s | %s | %s | %s | %s | %s | %d of %d |", x.name,
 			thousands(m(func(r *bench.Result) float64 { return *r.Throughput })),
 			fixed(m(func(r *bench.Result) float64 { return *r.MBPerS }), 2),
 			latency(m(func(r *bench.Result) float64 { return r.E2EP50Ms })),
@@ -284,7 +337,7 @@ func (r *report) write(w io.Writer) error {
 			latency(m(func(r *bench.Result) float64 { return r.E2EP999Ms })),
 			latency(m(func(r *bench.Result) float64 { return r.PubAckP50Ms })),
 			latency(m(func(r *bench.Result) float64 { return r.PubAckP99Ms })),
-			valid, len(x.rounds))
+			cpu, valid, len(x.rounds))
 	}
 
 	p("")
@@ -476,14 +529,18 @@ func (r *report) ratioRow(q ratio) string {
 	if m != nil {
 		med = "**" + fixed(m, 2) + "**"
 	}
-	return fmt.Sprintf("`%s` / `%s` | %s | %s", q.num, q.den, med, strings.Join(cells, ", "))
+	return fmt.Sprintf("%s`%s` / `%s` | %s | %s", q.metric.label(), q.num, q.den, med, strings.Join(cells, ", "))
 }
 
 func (r *report) goalText(q ratio) string {
 	if q.goal == 0 {
 		return ""
 	}
-	goal := "≥ " + strconv.FormatFloat(q.goal, 'f', -1, 64)
+	cmp := "≥ "
+	if q.metric.lowerIsBetter() {
+		cmp = "≤ "
+	}
+	goal := cmp + strconv.FormatFloat(q.goal, 'f', -1, 64)
 	var per []*float64
 	for round := 1; round <= r.rounds; round++ {
 		per = append(per, r.ratioIn(q, round))
@@ -491,8 +548,10 @@ func (r *report) goalText(q ratio) string {
 	switch m := bench.Median(per); {
 	case m == nil:
 		return goal
-	case *m >= q.goal:
+	case !q.metric.lowerIsBetter() && *m >= q.goal, q.metric.lowerIsBetter() && *m <= q.goal:
 		return goal + ", met"
+	case q.metric.lowerIsBetter():
+		return fmt.Sprintf("%s, not met (%.2f times it)", goal, *m/q.goal)
 	default:
 		return fmt.Sprintf("%s, not met (%.0f%% of it)", goal, 100**m/q.goal)
 	}

@@ -42,6 +42,8 @@ func TestReportParseRatio(t *testing.T) {
 	}{
 		{"a/b", ratio{num: "a", den: "b"}, true},
 		{"shardq-none/mochi@0.9", ratio{num: "shardq-none", den: "mochi", goal: 0.9}, true},
+		{"cpu:a/b@1.5", ratio{num: "a", den: "b", goal: 1.5, metric: cpuPerMsg}, true},
+		{"p99:a/b", ratio{num: "a", den: "b", metric: puback99}, true},
 		{"a/b@x", ratio{}, false},
 		{"a/b@0", ratio{}, false},
 		{"a", ratio{}, false},
@@ -90,15 +92,21 @@ func TestReportRatiosSkipInvalidRounds(t *testing.T) {
 	loss.Missing, loss.MissingSample = 3, []string{"p0/17"}
 	first, third := valid("cycle", 40000, 4), valid("cycle", 36000, 5)
 	first.RSSPeakKB, third.RSSPeakKB = 80<<10, 95<<10
+	first.BrokerCPUUsPerMsg, third.BrokerCPUUsPerMsg = 12, 14
+	mochi := func(tp float64) *bench.Result {
+		res := valid("pubsub", tp, 3)
+		res.BrokerCPUUsPerMsg = 10
+		return res
+	}
 	files := []string{
-		writeResult(t, dir, "mochi-r1.json", valid("pubsub", 50000, 3)),
+		writeResult(t, dir, "mochi-r1.json", mochi(50000)),
 		writeResult(t, dir, "shardq-r1.json", first),
-		writeResult(t, dir, "mochi-r2.json", valid("pubsub", 40000, 3)),
+		writeResult(t, dir, "mochi-r2.json", mochi(40000)),
 		writeResult(t, dir, "shardq-r2.json", loss),
-		writeResult(t, dir, "mochi-r3.json", valid("pubsub", 40000, 3)),
+		writeResult(t, dir, "mochi-r3.json", mochi(40000)),
 		writeResult(t, dir, "shardq-r3.json", third),
 		filepath.Join(dir, "shardq-r4.json"), // the run failed: no result
-		writeResult(t, dir, "mochi-r4.json", valid("pubsub", 40000, 3)),
+		writeResult(t, dir, "mochi-r4.json", mochi(40000)),
 	}
 	if err := os.WriteFile(filepath.Join(dir, "shardq-r4.err"), []byte("bench: connection lost\nmore\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -109,7 +117,9 @@ func TestReportRatiosSkipInvalidRounds(t *testing.T) {
 		{name: "mochi", desc: "vanilla mochi", rounds: map[int]*outcome{}},
 		{name: "shardq", desc: "shardq cycle", rounds: map[int]*outcome{}},
 	}
-	r.ratios = []ratio{{num: "shardq", den: "mochi", goal: 0.9}}
+	r.ratios = []ratio{{num: "shardq", den: "mochi", goal: 0.9},
+		{num: "shardq", den: "mochi", goal: 1.2, metric: cpuPerMsg},
+		{num: "shardq", den: "mochi", goal: 1.5, metric: puback99}}
 	if err := r.load("", files); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +132,10 @@ func TestReportRatiosSkipInvalidRounds(t *testing.T) {
 		"| `shardq` / `mochi` | **0.85** | 0.80, -, 0.90, - | ≥ 0.9, not met (94% of it) |",
 		"`shardq` round 2: **LOSS**: 3 acknowledged messages never arrived, first missing p0/17.",
 		"`shardq` round 4: ERROR: bench: connection lost.",
-		"| `shardq` | 38,000 | 2.43 | 1.000 | 4.500 | - | 0.500 | 2.000 | 2 of 4 |",
+		"| CPU per message: `shardq` / `mochi` | **1.30** | 1.20, -, 1.40, - | ≤ 1.2, not met (1.08 times it) |",
+		"| PUBACK p99: `shardq` / `mochi` | **1.00** | 1.00, -, 1.00, - | ≤ 1.5, met |",
+		"| `shardq` | 38,000 | 2.43 | 1.000 | 4.500 | - | 0.500 | 2.000 | 13.0 | 2 of 4 |",
+		"| `mochi` | 40,000 | 2.56 | 1.000 | 3.000 | - | 0.500 | 2.000 | 10.0 | 4 of 4 |",
 		"4 producers with 64 QoS 1 publishes in flight each, 1 consumer, 64-byte payloads, 64 keys",
 		"| `shardq` | **ERROR**: bench: connection lost |",
 		"| `shardq` | 80 MB | - | 95 MB | - |",
