@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -425,15 +426,30 @@ func (r *report) loadText() string {
 	var first *bench.Result
 	var differ []string
 	for _, x := range r.runs {
+		// A run whose rounds all had the same other load is named once,
+		// with it; otherwise each round that differs is.
+		var loads []string
+		var rounds []int
+		n := 0
 		for round := 1; round <= r.rounds; round++ {
 			o := x.rounds[round]
 			if o == nil || o.res == nil {
 				continue
 			}
+			n++
 			if first == nil {
 				first = o.res
-			} else if loadOf(o.res) != loadOf(first) {
-				differ = append(differ, fmt.Sprintf("`%s` round %d", x.name, round))
+			} else if l := loadOf(o.res); l != loadOf(first) {
+				loads, rounds = append(loads, l), append(rounds, round)
+			}
+		}
+		switch {
+		case len(loads) == 0:
+		case len(loads) == n && !slices.ContainsFunc(loads, func(l string) bool { return l != loads[0] }):
+			differ = append(differ, fmt.Sprintf("`%s` (%s)", x.name, loads[0]))
+		default:
+			for i, l := range loads {
+				differ = append(differ, fmt.Sprintf("`%s` round %d (%s)", x.name, rounds[i], l))
 			}
 		}
 	}
@@ -450,7 +466,7 @@ func (r *report) loadText() string {
 	}
 	s += "; " + rounds + " since absolute numbers drift on a shared machine."
 	if len(differ) > 0 {
-		s += " Different load in " + strings.Join(differ, ", ") + "."
+		s += " Other loads: " + strings.Join(differ, "; ") + "."
 	}
 	return s
 }

@@ -182,3 +182,36 @@ func TestReportProducersOutran(t *testing.T) {
 		t.Errorf("outran() = %q, want %q", got, want)
 	}
 }
+
+// TestReportOtherLoads: a run whose every round had another load than
+// the first run's is named once, with that load; a run whose rounds
+// differ among themselves is named by round.
+func TestReportOtherLoads(t *testing.T) {
+	dir := t.TempDir()
+	at := func(rate float64) *bench.Result {
+		res := valid("pubsub", 1000, 3)
+		res.Rate = rate
+		return res
+	}
+	r := &report{rounds: 2, runs: []*run{
+		{name: "mochi", rounds: map[int]*outcome{}},
+		{name: "mochi-10k", rounds: map[int]*outcome{}},
+		{name: "odd", rounds: map[int]*outcome{}},
+	}}
+	files := []string{
+		writeResult(t, dir, "mochi-r1.json", at(0)),
+		writeResult(t, dir, "mochi-r2.json", at(0)),
+		writeResult(t, dir, "mochi-10k-r1.json", at(10000)),
+		writeResult(t, dir, "mochi-10k-r2.json", at(10000)),
+		writeResult(t, dir, "odd-r1.json", at(0)),
+		writeResult(t, dir, "odd-r2.json", at(500)),
+	}
+	if err := r.load("", files); err != nil {
+		t.Fatal(err)
+	}
+	got := r.loadText()
+	want := " Other loads: `mochi-10k` (4 producers with 64 QoS 1 publishes in flight each, 1 consumer, 64-byte payloads, 64 keys, 10000 msgs/s in all); `odd` round 2 (4 producers with 64 QoS 1 publishes in flight each, 1 consumer, 64-byte payloads, 64 keys, 500 msgs/s in all)."
+	if !strings.HasSuffix(got, want) {
+		t.Fatalf("load text\n%s\nwant it to end with\n%s", got, want)
+	}
+}
