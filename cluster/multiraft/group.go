@@ -25,12 +25,9 @@ type Group struct {
 	// is this replica's raft id (ids.go).
 	replicas []string
 	learners []string
-	// heldCommits are this leader's appends of nothing to each replica,
-	// held until the next tick (holdCommit; driver goroutine).
-	heldCommits map[uint64]*rpb.Message
-	ids         map[string]uint64
-	nodes       map[uint64]string
-	self        uint64
+	ids      map[string]uint64
+	nodes    map[uint64]string
+	self     uint64
 
 	// Driver goroutine only.
 	leader bool
@@ -539,7 +536,6 @@ func (h *Host) drop(g *Group, why string) {
 	h.mu.Unlock()
 	delete(h.dirty, g)
 	delete(h.awake, g)
-	delete(h.holding, g)
 	g.removed = true
 	if g.quiesced.Swap(false) {
 		h.setQuiesced(-1)

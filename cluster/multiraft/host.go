@@ -211,9 +211,6 @@ type Host struct {
 	// took most of an idle node's time with thousands of groups.
 	woken []*Group
 	dirty map[*Group]bool
-	// holding are the groups with appends of nothing held until the next
-	// tick (holdCommit; driver goroutine).
-	holding map[*Group]bool
 	// awake are the groups that tick (driver goroutine); quiesced counts
 	// the others (quiesce.go). pinged is the nodes pinged each tick
 	// (driver goroutine); silent the nodes not heard from for an election
@@ -284,7 +281,7 @@ func New(o Options) *Host {
 		closes: make(chan *Group), closed: map[string]bool{}, done: make(chan struct{}),
 		awake: map[*Group]bool{}, unsynced: map[*Group]bool{}, heard: map[uint64]time.Time{},
 		run: binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano())), peerRun: map[uint64]string{},
-		checkpoints: make(chan checkpointDone, 1), dirty: map[*Group]bool{}, holding: map[*Group]bool{},
+		checkpoints: make(chan checkpointDone, 1), dirty: map[*Group]bool{},
 		toWrite: make(chan logWrite, 1), written: make(chan logWrite, 1)}
 }
 
@@ -540,7 +537,6 @@ func (h *Host) Run(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			h.ping(now)
-			h.sendHeld()
 			for g := range h.awake {
 				// Before its tick, which has a leader heartbeat.
 				if h.maybeQuiesce(g) {
@@ -798,7 +794,7 @@ func (h *Host) progress(g *Group) {
 		if lag <= h.o.InSyncLag && active && !stuck {
 			in = append(in, node)
 		}
-		if active && !stuck && pr.Match+upToDateSlack >= commit {
+		if id == g.self || active && !stuck && pr.Match+upToDateSlack >= commit {
 			upToDate = append(upToDate, node)
 		}
 		if obs.Lag != nil {
@@ -874,70 +870,8 @@ func (h *Host) send(g *Group, msgs []*rpb.Message) {
 		if g.recovering.Load() && (m.GetType() == rpb.MessageType_MsgPreVote || m.GetType() == rpb.MessageType_MsgVote) {
 			continue // asks for no votes (recovery.go)
 		}
-		if m.GetType() == rpb.MessageType_MsgApp {
-			if len(m.GetEntries()) == 0 && g.leader {
-				h.holdCommit(g, m)
-				continue
-			}
-			delete(g.heldCommits, m.GetTo()) // this one carries it
-		}
-		h.transmit(g, node, m)
-	}
-}
-
-// transmit hands m to the transport, for node.
-func (h *Host) transmit(g *Group, node string, m *rpb.Message) {
-	if h.o.Transport == nil || !h.o.Transport.Send(node, g.name, m) {
-		g.rn.ReportUnreachable(m.GetTo())
-	}
-}
-
-// A leader whose commit index moves sends it at once to every replica,
-// as an append of nothing, which the replica answers: under load, two
-// messages more per replica per commit, as many as the entries took. Only
-// the leader serves a partition; a follower applies entries for a
-// failover and for compaction, and neither needs the commit index before
-// the next tick. So an append of nothing is held until the next tick, and
-// dropped if another append to the replica went meanwhile (it carries the
-// commit index, and finds where the replica's log stands as well) or if
-// at the tick the replica holds every entry sent to it: the tick's
-// heartbeat carries the commit index. Otherwise it goes at the tick: raft
-// needs it to learn where a replica's log stands, when appends were lost.
-
-// holdCommit holds a leader's append of nothing to a replica until the
-// next tick (driver goroutine).
-func (h *Host) holdCommit(g *Group, m *rpb.Message) {
-	if g.heldCommits == nil {
-		g.heldCommits = map[uint64]*rpb.Message{}
-	}
-	g.heldCommits[m.GetTo()] = m
-	h.holding[g] = true
-}
-
-// sendHeld sends, at a tick, the appends of nothing still held that
-// raft needs (driver goroutine).
-func (h *Host) sendHeld() {
-	for g := range h.holding {
-		delete(h.holding, g)
-		held := g.heldCommits
-		g.heldCommits = nil
-		if g.removed || !g.leader {
-			continue
-		}
-		st := g.rn.BasicStatus()
-		term := st.GetTerm()
-		var msgs []*rpb.Message
-		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-			m := held[id]
-			if m == nil || m.GetTerm() != term || pr.State == tracker.StateReplicate && pr.Match+1 == pr.Next {
-				return
-			}
-			msgs = append(msgs, m)
-		})
-		for _, m := range msgs {
-			if node := g.node(m.GetTo()); node != "" {
-				h.transmit(g, node, m)
-			}
+		if h.o.Transport == nil || !h.o.Transport.Send(node, g.name, m) {
+			g.rn.ReportUnreachable(m.GetTo())
 		}
 	}
 }
