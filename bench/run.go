@@ -108,7 +108,13 @@ func (r *runner) steady(ctx context.Context) (*Result, error) {
 	}
 	res := r.result(producers, r.meter.measured.Load(), end.Sub(from))
 	res.Drained = drained
-	if used, ok := cpu(); ok && res.Measured > 0 && timeBound {
+	// A run that sent its Messages before the window ended has no
+	// reading at the end of it: its CPU is not reported, and not waited
+	// for.
+	if !timeBound {
+		return res, nil
+	}
+	if used, ok := cpu(); ok && res.Measured > 0 {
 		res.BrokerCPUUsPerMsg = float64(used.Microseconds()) / float64(res.Measured)
 		res.BrokerCores = used.Seconds() / to.Sub(from).Seconds()
 	}

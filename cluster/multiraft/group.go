@@ -64,8 +64,10 @@ type Group struct {
 	// but UpToDateSlack entries (guarded by Host.mu).
 	upToDate []string
 	// watched is what the leader saw of each replica, by raft id, at its
-	// last tick (Group.watch; driver goroutine).
-	watched map[uint64]watched
+	// last tick (Group.watch; driver goroutine); watchTick counts those
+	// ticks.
+	watched   map[uint64]watched
+	watchTick uint64
 
 	// wanted: the state machine has something to propose; onList: the
 	// group is on the host's woken list.

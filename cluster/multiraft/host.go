@@ -778,6 +778,7 @@ func (h *Host) progress(g *Group) {
 	last, _ := g.ms.LastIndex()
 	commit := g.rn.BasicStatus().GetCommit()
 	var in, upToDate []string
+	g.watchTick++
 	g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 		node := g.node(id)
 		lag := uint64(0)
@@ -802,7 +803,13 @@ func (h *Host) progress(g *Group) {
 		}
 		g.lagged = append(g.lagged, node)
 	})
-	// Replicas removed since the last tick lose their series.
+	// Replicas removed since the last tick are forgotten, and lose their
+	// series.
+	for id, w := range g.watched {
+		if w.tick != g.watchTick {
+			delete(g.watched, id)
+		}
+	}
 	if obs.LagGone != nil {
 		for _, node := range lagged {
 			if !slices.Contains(g.lagged, node) {
@@ -826,6 +833,7 @@ type watched struct {
 	active bool   // raft's RecentActive
 	match  uint64 // where the replica's log stood
 	still  int    // ticks its log stood there lacking entries
+	tick   uint64 // Group.watchTick when last seen: replicas removed go
 }
 
 // watch tells, at a tick of the leader, whether replica id is active and
@@ -848,7 +856,7 @@ func (g *Group) watch(id uint64, pr tracker.Progress, lag uint64, limit int) (ac
 	} else {
 		w.still++
 	}
-	w.active = pr.RecentActive
+	w.active, w.tick = pr.RecentActive, g.watchTick
 	if g.watched == nil {
 		g.watched = map[uint64]watched{}
 	}
