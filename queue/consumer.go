@@ -217,6 +217,12 @@ func (c *Consumer) Window() int { return c.window.Size() }
 // kick such a cursor waited for the next settlement or timer pass. When
 // credit was left, no one can have waited, and nothing more is done: this
 // runs on every dispatch that finds nothing to deliver.
+// hasCredit reports whether the consumer, and its connection, may take
+// a delivery now; nothing is taken.
+func (c *Consumer) hasCredit() bool {
+	return c.credit.Load() > 0 && (c.shared == nil || c.shared.n.Load() > 0)
+}
+
 func (c *Consumer) giveBack() {
 	var k kicks
 	if c.credit.Add(1) == 1 {

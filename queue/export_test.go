@@ -43,3 +43,34 @@ func WaitWritten(m *Manager) {
 // MarkAhead is how many offsets a delivered mark covers ahead of the next
 // first delivery.
 const MarkAhead = markAhead
+
+// MarkAheadMax bounds the offsets a delivered mark covers.
+const MarkAheadMax = markAheadMax
+
+// MarkAheadOf returns how many offsets the next delivered mark of group's
+// cursor on partition p of queue name covers, 0 when there is no such
+// cursor.
+func MarkAheadOf(m *Manager, name, group string, p int) int {
+	q := m.Queue(name)
+	if q == nil || p >= len(q.partitions()) {
+		return 0
+	}
+	part := q.partitions()[p]
+	part.mu.Lock()
+	defer part.mu.Unlock()
+	g := q.groups[group]
+	if g == nil {
+		return 0
+	}
+	return int(g.cursors[p].ahead)
+}
+
+// MarkAsked reports whether group's cursor on partition p of queue name
+// waits for a delivered mark it asked for.
+func MarkAsked(m *Manager, name, group string, p int) bool {
+	q := m.Queue(name)
+	part := q.partitions()[p]
+	part.mu.Lock()
+	defer part.mu.Unlock()
+	return q.groups[group].cursors[p].asking
+}

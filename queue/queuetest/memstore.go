@@ -49,6 +49,8 @@ type MemStore struct {
 	failErr  error
 	failLeft int // writes left to fail; -1 means until FailWrites(nil)
 	stats    MemStats
+	// held, while not nil, is closed when writes may go on (HoldWrites).
+	held chan struct{}
 }
 
 var (
@@ -83,6 +85,10 @@ func (s *MemStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	if s.held != nil { // a held write fails as closed
+		close(s.held)
+		s.held = nil
+	}
 	return nil
 }
 
@@ -109,6 +115,26 @@ func (s *MemStore) FailNextWrites(n int, err error) {
 	s.failErr, s.failLeft = err, n
 }
 
+// HoldWrites makes every Write and Sync that starts from now on wait
+// until ReleaseWrites: a disk that stalls.
+func (s *MemStore) HoldWrites() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = make(chan struct{})
+	}
+}
+
+// ReleaseWrites lets the writes HoldWrites held go on.
+func (s *MemStore) ReleaseWrites() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held != nil {
+		close(s.held)
+		s.held = nil
+	}
+}
+
 // Stats returns what the handle counted so far.
 func (s *MemStore) Stats() MemStats {
 	s.mu.Lock()
@@ -119,6 +145,12 @@ func (s *MemStore) Stats() MemStats {
 // admit decides whether a Write or Sync may go ahead and counts it.
 func (s *MemStore) admit(write, sync bool) error {
 	s.mu.Lock()
+	for s.held != nil && !s.closed {
+		held := s.held
+		s.mu.Unlock()
+		<-held
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	if s.closed {
 		s.stats.Failed++
