@@ -13,7 +13,11 @@ import (
 // stepped down before it knew whether its entry would commit, the link to
 // the owner broke with it in flight) is routed again, with the same
 // origin, until MoveWait has passed: the owner stores a publish once per
-// origin, and answers a publish it stored already as stored. So a
+// origin, and answers a publish it stored already as stored. A lost
+// outcome is routed again to the same partition, even after a growth
+// moved its key: the origins a node knows are those of the partitions it
+// keeps replicas of, and only the old partition's owner can tell whether
+// its log holds the publish (Node.route, Node.publishHere). So a
 // failover is invisible to a producer whose node stays up: a slower
 // PUBACK, not 0x83, and the message stored once.
 //

@@ -131,18 +131,24 @@ func (n *Node) Publish(ctx context.Context, name string, msg *queue.Message, don
 		msg.Origin = queue.Origin{Run: n.run, Seq: n.originSeq.Add(1)}
 	}
 	id := queue.PartitionID{Queue: q.Name(), Partition: queue.PartitionFor(msg.Key, q.Partitions())}
-	n.route(ctx, id, msg, done, time.Now().Add(n.opts.MoveWait))
+	n.route(ctx, id, msg, done, time.Now().Add(n.opts.MoveWait), false)
 }
 
-func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Message, done func(error), deadline time.Time) {
+// route sends msg to partition id's owner. sticky: an attempt to store it
+// in id had an unknown outcome, so it is routed to id again until id's
+// owner answers, even when the queue grew meanwhile and the key has
+// another partition now: only id's owner knows whether id stored it
+// (publishHere), and routes it on if not.
+func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Message, done func(error), deadline time.Time, sticky bool) {
 	retry := func(err error) bool {
 		// An unknown outcome is routed again only with an origin: the
 		// owner stores a publish once per origin (origins.go).
 		var le *unknownOutcome
-		if !errors.Is(err, queue.ErrNotOwned) || errors.As(err, &le) && msg.Origin == (queue.Origin{}) || time.Now().After(deadline) {
+		unknown := errors.As(err, &le)
+		if !errors.Is(err, queue.ErrNotOwned) || unknown && msg.Origin == (queue.Origin{}) || time.Now().After(deadline) {
 			return false
 		}
-		go n.waitAndRoute(ctx, id, msg, done, deadline)
+		go n.waitAndRoute(ctx, id, msg, done, deadline, sticky || unknown)
 		return true
 	}
 	if _, owned := n.m.Owned(id); owned {
@@ -189,9 +195,10 @@ func (n *Node) route(ctx context.Context, id queue.PartitionID, msg *queue.Messa
 }
 
 // waitAndRoute routes again once the ownership changed, or a moment
-// passed, to the partition the key has then: the queue may have grown,
-// and the partition refused a key that moved (queue.Growth).
-func (n *Node) waitAndRoute(ctx context.Context, id queue.PartitionID, msg *queue.Message, done func(error), deadline time.Time) {
+// passed, to the partition the key has then (to id when sticky, see
+// route): the queue may have grown, and the partition refused a key that
+// moved (queue.Growth).
+func (n *Node) waitAndRoute(ctx context.Context, id queue.PartitionID, msg *queue.Message, done func(error), deadline time.Time, sticky bool) {
 	n.mu.Lock()
 	ch := n.notify
 	n.mu.Unlock()
@@ -204,10 +211,10 @@ func (n *Node) waitAndRoute(ctx context.Context, id queue.PartitionID, msg *queu
 		done(queue.ErrClosed)
 		return
 	}
-	if q := n.m.Queue(id.Queue); q != nil {
+	if q := n.m.Queue(id.Queue); q != nil && !sticky {
 		id.Partition = queue.PartitionFor(msg.Key, q.Partitions())
 	}
-	n.route(ctx, id, msg, done, deadline)
+	n.route(ctx, id, msg, done, deadline, sticky)
 }
 
 // ownerOf returns the node the ownership record names for id, or "".
@@ -464,6 +471,21 @@ func (n *Node) publishHere(ctx context.Context, id queue.PartitionID, msg *queue
 	case originPending:
 		done(fmt.Errorf("%w: %s: the same publish is being stored", queue.ErrNotOwned, id))
 		return
+	}
+	if q := n.m.Queue(id.Queue); q != nil {
+		if to := queue.PartitionFor(msg.Key, q.Partitions()); to != id.Partition {
+			// Sent to id before the queue grew and its key moved,
+			// again after an unknown outcome in id (route): id did not
+			// store it, this node serving id knows every origin id's log
+			// holds, so it goes to the key's partition now. Routed from
+			// the node that sent it, it might have been stored twice: in
+			// id, whose outcome was lost, and in the new partition, led
+			// by a replica that had not applied id's entry yet.
+			n.origins.end(o, false)
+			n.log.Debug("publish routed on to the partition its key has since a growth", "queue", id.Queue, "from", id.Partition, "to", to)
+			n.route(ctx, queue.PartitionID{Queue: id.Queue, Partition: to}, msg, done, time.Now().Add(n.opts.MoveWait), false)
+			return
+		}
 	}
 	n.m.Publish(ctx, id.Queue, msg, func(err error) {
 		n.origins.end(o, err == nil)
