@@ -35,6 +35,9 @@ type Broker struct {
 	server   *mqtt.Server
 	hook     *hooks.Hook
 	registry *prometheus.Registry
+	// pubacks observes the time to each queue publish's PUBACK
+	// (shardq_publish_ack_seconds); nil with metrics off.
+	pubacks func(time.Duration)
 
 	// queues is the queue service of the hooks: the manager behind the
 	// limits of the config.
@@ -169,7 +172,8 @@ func New(cfg *config.Config, log *slog.Logger) (*Broker, error) {
 	b.queues = &limitedQueues{Manager: b.manager, svc: b.service(), cfg: cfg, sec: b.sec, admit: b.disk.admit, tenants: b.tenants}
 	b.access = newAccessHook(b)
 	b.hook = hooks.New(hooks.Options{Queues: b.queues, Server: b.server, Logger: log,
-		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second), Admit: b.access.admit, OnPanic: b.writerPanicked})
+		MaxKeepAlive: uint16(cfg.Protocol.MaxKeepAlive / time.Second), Admit: b.access.admit, OnPanic: b.writerPanicked,
+		OnPuback: b.pubacks})
 	// The access hook first: it refuses before the queue hook sees anything.
 	if err := b.addHook(b.access); err != nil {
 		b.closeStorage(context.Background())

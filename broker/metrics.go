@@ -69,6 +69,12 @@ func (b *Broker) instrument(mo *queue.ManagerOptions) error {
 		Help:        "Batches a storage shard failed to commit.",
 		ConstLabels: node,
 	}, []string{"shard"})
+	pubacks := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:        "shardq_publish_ack_seconds",
+		Help:        "Time from reading a QoS 1 publish to a queue to writing its PUBACK: the durable acknowledgement as the broker sees it.",
+		Buckets:     commitBuckets,
+		ConstLabels: node,
+	})
 	ackLatency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:        "shardq_e2e_latency_seconds",
 		Help:        "Time from a message's enqueue to its ack by a consumer, per queue.",
@@ -82,7 +88,7 @@ func (b *Broker) instrument(mo *queue.ManagerOptions) error {
 		m.commitWrites = append(m.commitWrites, commitWrites.WithLabelValues(s))
 		m.commitErrors = append(m.commitErrors, commitErrors.WithLabelValues(s))
 	}
-	for _, c := range append([]prometheus.Collector{commitSeconds, commitWrites, commitErrors, ackLatencyCollector{m, b}, newCollector(b, node), b.disk.collector(node)}, b.sec.collectors()...) {
+	for _, c := range append([]prometheus.Collector{commitSeconds, commitWrites, commitErrors, pubacks, ackLatencyCollector{m, b}, newCollector(b, node), b.disk.collector(node)}, b.sec.collectors()...) {
 		if err := b.registry.Register(c); err != nil {
 			return err
 		}
@@ -97,6 +103,7 @@ func (b *Broker) instrument(mo *queue.ManagerOptions) error {
 	if err := process.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return err
 	}
+	b.pubacks = func(d time.Duration) { pubacks.Observe(d.Seconds()) }
 	mo.OnCommit = m.observeCommit
 	mo.OnAck = m.observeAck
 	return nil

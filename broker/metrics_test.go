@@ -205,6 +205,7 @@ func TestMetricsCountTrafficExactly(t *testing.T) {
 		{"shardq_partition_depth", lbl("jobs/$dlq"), 5},
 		{"shardq_mqtt_clients_connected", nil, 2},
 		{"shardq_mqtt_messages_received_total", nil, 100},
+		{"shardq_publish_ack_seconds_count", nil, 100},
 		{"shardq_ready", nil, 1},
 	})
 
@@ -212,6 +213,10 @@ func TestMetricsCountTrafficExactly(t *testing.T) {
 	age, _ := sum(samples, "shardq_group_oldest_unsettled_age_seconds", lbl("jobs", "group", "default"))
 	if age <= 0 || age > 60 {
 		t.Errorf("oldest unsettled age %v s, want a positive age of the held message", age)
+	}
+	// Each PUBACK came after its publish's commit.
+	if n, _ := sum(samples, "shardq_publish_ack_seconds_sum", nil); n <= 0 {
+		t.Errorf("shardq_publish_ack_seconds_sum %v, want the positive time of 100 PUBACKs", n)
 	}
 	if n, _ := sum(samples, "shardq_storage_commit_duration_seconds_count", nil); n == 0 {
 		t.Error("no commit observed in shardq_storage_commit_duration_seconds")

@@ -60,6 +60,7 @@ type conn struct {
 }
 
 type ackSlot struct {
+	read time.Time // when the publish was read (Options.OnPuback)
 	id   uint16
 	err  error
 	done bool
@@ -150,6 +151,11 @@ func (c *conn) write() {
 		}
 		if err := w.flush(); err != nil {
 			c.h.log.Debug("write failed", "client", c.cl.ID, "err", err)
+		} else if f := c.h.opts.OnPuback; f != nil && len(acks) > 0 {
+			now := time.Now()
+			for _, a := range acks {
+				f(now.Sub(a.read))
+			}
 		}
 		for range acks {
 			<-c.window
@@ -183,6 +189,7 @@ func (c *conn) recoverWriter() {
 
 // ackOut is a PUBACK ready to be written.
 type ackOut struct {
+	read   time.Time
 	id     uint16
 	code   byte
 	reason string
@@ -200,7 +207,7 @@ func (c *conn) readyAcksLocked(dst []ackOut) ([]ackOut, error) {
 			stop = s.err
 			break
 		}
-		a := ackOut{id: s.id, code: reasonFor(s.err).Code}
+		a := ackOut{read: s.read, id: s.id, code: reasonFor(s.err).Code}
 		if s.err != nil {
 			a.reason = s.err.Error()
 		}

@@ -39,6 +39,10 @@ type Options struct {
 	// hook methods, which their caller guards): the client has been
 	// stopped, the node goes on.
 	OnPanic func(cl *mqtt.Client, v any, stack []byte)
+	// OnPuback, when set, is told how long after it read each QoS 1
+	// publish to a queue the hook wrote its PUBACK (or, for a refusal,
+	// its negative PUBACK).
+	OnPuback func(time.Duration)
 }
 
 // Hook is the mochi hook that turns $queue/ topics into queues. It is the

@@ -53,13 +53,14 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		}
 		h.m.Publish(c.ctx, t.Queue, msg, func(error) { <-c.window })
 	case 1:
+		read := h.readAt() // before the window: a full one holds the producer
 		c := h.connFor(cl)
 		select {
 		case c.window <- struct{}{}:
 		case <-c.done:
 			return pk, packets.ErrRejectPacket
 		}
-		s := &ackSlot{id: pk.PacketID}
+		s := &ackSlot{id: pk.PacketID, read: read}
 		c.mu.Lock()
 		c.acks = append(c.acks, s)
 		c.mu.Unlock()
@@ -105,17 +106,27 @@ func (h *Hook) refuse(cl *mqtt.Client, pk packets.Packet, err error) (packets.Pa
 // answer queues the PUBACK of a QoS 1 publish from a v5 client, in order
 // with the client's other PUBACKs: success when err is nil, else its reason.
 func (h *Hook) answer(cl *mqtt.Client, pk packets.Packet, err error) {
+	read := h.readAt()
 	c := h.connFor(cl)
 	select {
 	case c.window <- struct{}{}:
 	case <-c.done:
 		return
 	}
-	s := &ackSlot{id: pk.PacketID}
+	s := &ackSlot{id: pk.PacketID, read: read}
 	c.mu.Lock()
 	c.acks = append(c.acks, s)
 	c.mu.Unlock()
 	c.finishAck(s, err)
+}
+
+// readAt is the time a publish was read, for Options.OnPuback; zero
+// without it.
+func (h *Hook) readAt() time.Time {
+	if h.opts.OnPuback == nil {
+		return time.Time{}
+	}
+	return time.Now()
 }
 
 // messageFrom builds the queue message of a publish. The partition key is
