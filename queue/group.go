@@ -748,7 +748,7 @@ const markAhead = 64
 // markAheadMax bounds the offsets a mark covers (markAhead).
 const markAheadMax = 1024
 
-// askMarkLocked writes a delivered mark markAhead offsets past the next
+// askMarkLocked writes a delivered mark c.ahead offsets past the next
 // first delivery. Until it is stored (committed to the partition's
 // replicas), no offset at or above the current mark is delivered for the
 // first time. The partition's lock must be held.
