@@ -377,21 +377,26 @@ func (h *plainHook) Adopt(clientID, user string, data []byte) bool {
 }
 
 // saveSession records in the cluster the session of cl, when it outlives
-// its connection, or drops its record.
-func (h *plainHook) saveSession(cl *mqtt.Client) {
+// its connection, or drops its record. The channel returned is closed
+// once the record is in etcd (nil: nothing to wait for).
+func (h *plainHook) saveSession(cl *mqtt.Client) <-chan struct{} {
 	if !outlives(cl) {
 		h.node.DropSession(cl.ID)
-		return
+		return nil
 	}
 	st := h.sessionOf(cl)
 	st.Inflight = nil // what is queued for the session stays here
 	data, err := json.Marshal(st)
 	if err != nil {
 		h.log.Error("a session's record not encoded", "client", cl.ID, "err", err)
-		return
+		return nil
 	}
-	h.node.SaveSession(cl.ID, string(cl.Properties.Username), data)
+	return h.node.SaveSession(cl.ID, string(cl.Properties.Username), data)
 }
+
+// sessionRecordWait bounds how long a SUBACK waits for the session's
+// record (OnSubscribed).
+const sessionRecordWait = 5 * time.Second
 
 // OnSessionEstablished stores a session taken over from another node
 // (when it outlives its connection), and disconnects a client another
@@ -457,15 +462,27 @@ func (h *plainHook) OnClientExpired(cl *mqtt.Client) {
 	}
 }
 
-// OnSubscribed records the plain filters granted.
+// OnSubscribed records the plain filters granted. mochi calls it before
+// it writes the SUBACK: a session that outlives its connection has its
+// record, with these subscriptions, in etcd first (for up to
+// sessionRecordWait), so that a node lost right after the SUBACK leaves
+// them to the node adopting the session.
 func (h *plainHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
 	for i, f := range pk.Filters {
 		if i < len(reasonCodes) && reasonCodes[i] < packets.ErrUnspecifiedError.Code {
 			h.addInterest(cl.ID, f.Filter)
 		}
 	}
-	if outlives(cl) {
-		h.saveSession(cl)
+	if !outlives(cl) {
+		return
+	}
+	if recorded := h.saveSession(cl); recorded != nil {
+		select {
+		case <-recorded:
+		case <-time.After(sessionRecordWait):
+			h.log.Warn("a session's subscriptions not recorded in the cluster in time; SUBACK sent, the record follows: a node adopting the session before it lacks them",
+				"client", cl.ID, "waited", sessionRecordWait)
+		}
 	}
 }
 

@@ -30,20 +30,22 @@ type sessionRecord struct {
 }
 
 // SaveSession records the session of clientID, held here, as the handler
-// encoded it; it does not wait.
-func (n *Node) SaveSession(clientID, user string, session []byte) {
+// encoded it. It does not wait: the channel returned is closed once the
+// record (or a later one of the client) is in etcd, or no longer this
+// node's to write; nil when there is nothing to wait for.
+func (n *Node) SaveSession(clientID, user string, session []byte) <-chan struct{} {
 	if n.etcd == nil {
-		return
+		return nil
 	}
 	v, err := json.Marshal(sessionRecord{Node: n.opts.NodeID, User: user, Session: session})
 	if err != nil {
 		n.log.Error("a session's record not encoded", "client", clientID, "err", err)
-		return
+		return nil
 	}
 	// Written only while this node holds the client: once another node
 	// took it, a try left in doubt (etcd slow) is not made again over
 	// that node's record.
-	n.sessions.putWhile(n.keys.session(clientID), string(v), func() bool { return n.holdsClient(clientID) })
+	return n.sessions.putWhile(n.keys.session(clientID), string(v), func() bool { return n.holdsClient(clientID) })
 }
 
 // holdsClient reports whether this node holds clientID (ClaimClient).

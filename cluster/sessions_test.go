@@ -28,38 +28,6 @@ func (c *testCluster) sessionHolder(clientID string) string {
 	return rec.Node
 }
 
-// waitSessionRecorded waits until node holds the client's session in
-// etcd with a subscription to filter: a node records a session's
-// subscriptions after their SUBACK.
-func (c *testCluster) waitSessionRecorded(clientID, node, filter string, within time.Duration) {
-	c.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := c.cli.Get(ctx, "/shardq/sessions/"+clientID)
-		cancel()
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		var rec struct {
-			Node    string
-			Session struct {
-				Subs []struct {
-					Sub struct{ Filter string }
-				}
-			}
-		}
-		if len(resp.Kvs) > 0 && json.Unmarshal(resp.Kvs[0].Value, &rec) == nil && rec.Node == node &&
-			slices.ContainsFunc(rec.Session.Subs, func(s struct{ Sub struct{ Filter string } }) bool { return s.Sub.Filter == filter }) {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("the session of %s is not recorded on %s with a subscription to %s after %s", clientID, node, filter, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitSessionHolder waits until one of nodes holds the client's session.
 func (c *testCluster) waitSessionHolder(clientID string, within time.Duration, nodes ...string) string {
 	c.t.Helper()
@@ -86,11 +54,11 @@ func TestSessionOutlivesItsNode(t *testing.T) {
 		c.start(id)
 	}
 	first := dialSession(t, c.nodes["a"].mqtt, "keeper", false)
+	// The SUBACK comes once the session's record in etcd holds the
+	// subscription: a node killed right after it leaves the subscription
+	// to the node adopting the session.
 	first.subscribe("alerts/#")
-	// The session's record names a from the CONNECT on, its subscription
-	// only once recorded after the SUBACK: a killed before that leaves a
-	// session without it to adopt.
-	c.waitSessionRecorded("keeper", "a", "alerts/#", 10*time.Second)
+	c.waitSessionHolder("keeper", 10*time.Second, "a")
 	_ = first.c.Disconnect(&paho.Disconnect{})
 
 	c.nodes["a"].kill()
