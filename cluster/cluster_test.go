@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -823,5 +824,52 @@ func TestPlainMQTTAcrossNodes(t *testing.T) {
 			t.Fatal("the session moved to b lost its subscription")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestLargeMessagesMove: a partition of large messages, more of them than
+// a peer takes in one gRPC message (64 MiB), moves whole to another node
+// when its owner stops with SIGTERM: its copy goes in chunks bounded in
+// bytes, not only in messages.
+func TestLargeMessagesMove(t *testing.T) {
+	const n, size = 72, 1<<20 - 1024 // under storage.max_payload (1 MiB)
+	c := newCluster(t, "--config", configFile(t, "queues:\n  declared:\n    big:\n      partitions: 1\n      replication_factor: 1\n"))
+	nodes := map[string]*node{"a": c.start("a"), "b": c.start("b")}
+	prod := dial(t, nodes["a"].mqtt, "producer", 64)
+	l := &ledger{acked: map[string]bool{}, codes: map[byte]int{}}
+	for i := range n {
+		p := append(message("big", i), bytes.Repeat([]byte{'x'}, size)...)
+		code, err := prod.publish("$queue/big", "k", p)
+		l.record(p, code, err)
+		if err != nil || code != 0 {
+			t.Fatalf("publish %d: %#x %v", i, code, err)
+		}
+	}
+	owner := c.waitOwned("big", 1, 10*time.Second, "a", "b")[0].Owner
+	survivor := nodes["a"]
+	if owner == "a" {
+		survivor = nodes["b"]
+	}
+	nodes[owner].signal(syscall.SIGTERM)
+	nodes[owner].waitExit(t, 60*time.Second)
+	if o := c.owners("big")[0]; o.Owner != survivor.id {
+		t.Fatalf("partition owned by %q after its owner %s stopped, want %s:\n%s", o.Owner, owner, survivor.id, nodes[owner].logTail())
+	}
+	start := arrivals.len()
+	cl := dial(t, survivor.mqtt, "drain", 64)
+	cl.subscribe("$share/g/$queue/big")
+	got := awaitArrivals(t, start, l)
+	seen := map[string]bool{}
+	for _, a := range got {
+		seen[string(a.p.Payload)] = true
+	}
+	lost := 0
+	for p := range l.acked {
+		if !seen[p] {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d acknowledged messages of %d bytes not consumed after the move", lost, n, len(message("big", 0))+size)
 	}
 }

@@ -476,8 +476,15 @@ func (n *Node) startHandover(id queue.PartitionID, rec Ownership, target string)
 	}()
 }
 
-// importChunk caps the messages of one import message.
-const importChunk = 512
+// importChunk and importChunkBytes cap the messages of one import
+// message: 512, and no more once their payloads reach 8 MiB. A count
+// alone made a chunk of 512 MiB of 1 MiB messages, past what a peer
+// takes in one gRPC message (64 MiB): such a partition could be neither
+// moved nor copied to a new replica.
+const (
+	importChunk      = 512
+	importChunkBytes = 8 << 20
+)
 
 // handover releases id, copies it to target, records target as its owner
 // with the next epoch and erases this node's copy.
@@ -988,7 +995,7 @@ func (n *Node) copyPartition(ctx context.Context, p *peer, id queue.PartitionID,
 		chunk := &pb.ImportChunk{Partition: &pb.PartitionID{Queue: x.Queue, Partition: int32(x.Partition)}, Epoch: epoch,
 			State: toPBState(st), From: n.opts.NodeID, RaftSnapshot: raftSnapshot}
 		for from := st.First; ; {
-			msgs, err := n.m.ReadPartition(x, from, st.Next, importChunk)
+			msgs, err := n.m.ReadPartition(x, from, st.Next, importChunk, importChunkBytes)
 			if err != nil {
 				return err
 			}
@@ -998,7 +1005,7 @@ func (n *Node) copyPartition(ctx context.Context, p *peer, id queue.PartitionID,
 			if len(msgs) > 0 {
 				from = msgs[len(msgs)-1].Offset + 1
 			}
-			done := len(msgs) < importChunk || from >= st.Next
+			done := len(msgs) == 0 || from >= st.Next
 			chunk.Last = done
 			if err := stream.Send(chunk); err != nil {
 				return err

@@ -132,8 +132,8 @@ func (l *raftLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, _
 	r.g.Wake()
 }
 
-func (l *raftLog) Read(from, to uint64, max int) ([]*queue.Message, error) {
-	return l.inner.Read(from, to, max)
+func (l *raftLog) Read(from, to uint64, max int, maxBytes int64) ([]*queue.Message, error) {
+	return l.inner.Read(from, to, max, maxBytes)
 }
 
 func (l *raftLog) Bounds() (uint64, uint64, error) { return l.inner.Bounds() }

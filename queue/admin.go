@@ -142,10 +142,10 @@ func (c *cursor) purgeLocked(b *Batch, k *kicks) {
 	c.next = max(c.next, to)
 	c.floorSeen.Store(c.floor)
 	c.ready, c.pinned = nil, nil
-	c.aside, c.asideN = nil, 0
+	c.aside, c.asideN, c.asideBytes = nil, 0, 0
 	clear(c.keys)
 	c.gen++
-	c.parked = 0
+	c.parked, c.parkedBytes = 0, 0
 	c.ra, c.raPos, c.raFrom, c.raTo = nil, 0, 0, 0
 }
 
@@ -625,8 +625,8 @@ func (c *cursor) settleAdminLocked(m *Message, b *Batch, k *kicks) {
 	}
 	if ks := c.keys[m.Key]; ks != nil && off < c.next {
 		if i := slices.IndexFunc(ks.waiting, func(w *pending) bool { return w.m.Offset == off }); i >= 0 {
+			c.unpark(ks.waiting[i].m)
 			ks.waiting = slices.Delete(ks.waiting, i, i+1)
-			c.parked--
 		}
 	}
 	c.settleLocked(off, b)
@@ -778,7 +778,7 @@ func (q *Queue) setOptions(o Options) {
 				}
 				cur.pinned = nil
 				clear(cur.keys)
-				cur.parked = 0
+				cur.parked, cur.parkedBytes = 0, 0
 			}
 		}
 	}

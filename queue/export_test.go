@@ -74,3 +74,30 @@ func MarkAsked(m *Manager, name, group string, p int) bool {
 	defer part.mu.Unlock()
 	return q.groups[group].cursors[p].asking
 }
+
+// ReadAheadBytes and MaxParkedBytes are the byte bounds of what a cursor
+// holds read from storage.
+const (
+	ReadAheadBytes = readAheadBytes
+	MaxParkedBytes = maxParkedBytes
+)
+
+// HeldBytes returns the payload bytes group's cursors on queue name hold
+// read from storage: their read-ahead, and the messages they parked behind
+// a key or set aside for a shard.
+func HeldBytes(m *Manager, name, group string) (readAhead, parked int64) {
+	q := m.Queue(name)
+	if q == nil {
+		return 0, 0
+	}
+	for i, p := range q.partitions() {
+		p.mu.Lock()
+		if g := q.groups[group]; g != nil {
+			c := g.cursors[i]
+			readAhead += payloadBytes(c.ra)
+			parked += c.parkedBytes + c.asideBytes
+		}
+		p.mu.Unlock()
+	}
+	return readAhead, parked
+}

@@ -13,10 +13,22 @@ import (
 // With few keys and a backlog every cursor holds that many: 8192 kept
 // about 20 MB of messages aside for a queue of 8 partitions and 64 keys,
 // while 1024 per partition is still 128 waiting behind each busy key.
-const maxParked = 1024
+//
+// maxParkedBytes bounds their payload bytes too: past it the cursor
+// stops reading ahead, as past maxParked. A count alone let a cursor of a
+// queue of 1 MiB messages hold 1 GiB aside.
+const (
+	maxParked      = 1024
+	maxParkedBytes = 8 << 20
+)
 
-// readAhead is how many messages a cursor reads from storage at a time.
-const readAhead = 512
+// readAhead and readAheadBytes bound what a cursor reads from storage at a
+// time: 512 messages, and no more once their payloads reach 1 MiB. A
+// count alone let a cursor of a queue of 256 KiB messages hold 128 MiB.
+const (
+	readAhead      = 512
+	readAheadBytes = 1 << 20
+)
 
 // group is one consumer group of a queue. Its consumers and claims change
 // with every lock of the queue held (lockAll); cursors[i], claimed[i],
@@ -134,18 +146,22 @@ type cursor struct {
 	marks      []uint64 // settled above the floor since the last flush
 	unmarks    []uint64 // marked on disk, now below the floor
 
-	ready   readyHeap          // released messages, deliverable now, lowest offset first
-	pinned  []*pending         // next messages of keys leased to a consumer, for it (key_inflight)
-	aside   map[int][]*pending // by shard: messages no consumer that takes their shard could take yet (Sharding)
-	asideN  int
-	retries retryHeap            // nacked and delayed messages, by the time they are due
-	keys    map[string]*keyState // ordering key: keys with a message out
-	parked  int                  // messages parked behind blocked keys
-	counts  map[uint64]uint32    // ended deliveries of unsettled offsets, as on disk
-	leased  int
-	out     map[uint64]*Lease // active leases by offset
-	rr      int               // next consumer to try
-	starved atomic.Bool       // see group.starved
+	ready  readyHeap          // released messages, deliverable now, lowest offset first
+	pinned []*pending         // next messages of keys leased to a consumer, for it (key_inflight)
+	aside  map[int][]*pending // by shard: messages no consumer that takes their shard could take yet (Sharding)
+	asideN int
+	// asideBytes are the payload bytes of the messages set aside.
+	asideBytes int64
+	retries    retryHeap            // nacked and delayed messages, by the time they are due
+	keys       map[string]*keyState // ordering key: keys with a message out
+	parked     int                  // messages parked behind blocked keys
+	// parkedBytes are their payload bytes.
+	parkedBytes int64
+	counts      map[uint64]uint32 // ended deliveries of unsettled offsets, as on disk
+	leased      int
+	out         map[uint64]*Lease // active leases by offset
+	rr          int               // next consumer to try
+	starved     atomic.Bool       // see group.starved
 
 	ra       []*Message // read-ahead from storage covering [raFrom, raTo)
 	raPos    int
@@ -564,7 +580,7 @@ func (c *cursor) nextLocked(now time.Time, cons *Consumer, uniform bool) (*Messa
 		}
 	}
 	for c.next < min(c.p.committed, c.mark) {
-		if sharded && c.asideN >= maxParked {
+		if sharded && (c.asideN >= maxParked || c.asideBytes >= maxParkedBytes) {
 			return nil, 0, 0, nil // until a consumer of a shard set aside takes some
 		}
 		off := c.next
@@ -598,11 +614,11 @@ func (c *cursor) nextLocked(now time.Time, cons *Consumer, uniform bool) (*Messa
 					c.next++
 					return m, c.counts[off], 0, to
 				}
-				if c.parked >= maxParked {
+				if c.parkedFull() {
 					return nil, 0, 0, nil
 				}
 				ks.waiting = append(ks.waiting, &pending{m: m, deliveries: c.counts[off]})
-				c.parked++
+				c.park(m)
 				c.next++
 				continue
 			}
@@ -866,7 +882,7 @@ func (c *cursor) fetchLocked(off uint64) {
 	q.m.wg.Add(1)
 	go func() {
 		defer q.m.wg.Done()
-		msgs, err := c.p.log.Read(off, to, readAhead)
+		msgs, err := c.p.log.Read(off, to, readAhead, readAheadBytes)
 		c.p.mu.Lock()
 		defer c.p.mu.Unlock()
 		if c.g.cursors[c.p.index] != c {
@@ -881,11 +897,22 @@ func (c *cursor) fetchLocked(off uint64) {
 		}
 		c.ra, c.raPos, c.raFrom, c.raTo = msgs, 0, off, to
 		c.fetchErr = time.Time{}
-		if len(msgs) == readAhead {
+		if len(msgs) > 0 && (len(msgs) == readAhead || payloadBytes(msgs) >= readAheadBytes) {
+			// Cut short by a bound: what follows the last is unread.
 			c.raTo = msgs[len(msgs)-1].Offset + 1
 		}
 		c.dispatchLocked(q.m.now())
 	}()
+}
+
+// payloadBytes is the sum of the payload sizes of msgs, as Log.Read
+// counts them.
+func payloadBytes(msgs []*Message) int64 {
+	var n int64
+	for _, m := range msgs {
+		n += int64(len(m.Payload))
+	}
+	return n
 }
 
 // settleLocked marks off settled for the group and advances the floor.
@@ -972,7 +999,7 @@ func (c *cursor) unblockLocked(m *Message) {
 			if pd := ks.waiting[0]; pd.at.IsZero() && (pd.m.NotBefore.IsZero() || !pd.m.NotBefore.After(c.g.q.m.now())) {
 				ks.waiting[0] = nil
 				ks.waiting = ks.waiting[1:]
-				c.parked--
+				c.unpark(pd.m)
 				ks.held++
 				pd.to = ks.owner
 				c.pinned = append(c.pinned, pd)
@@ -987,7 +1014,7 @@ func (c *cursor) unblockLocked(m *Message) {
 	pd := ks.waiting[0]
 	ks.waiting[0] = nil
 	ks.waiting = ks.waiting[1:]
-	c.parked--
+	c.unpark(pd.m)
 	ks.held, ks.owner = 1, nil
 	if next := pd.m; pd.at.IsZero() && !next.NotBefore.IsZero() && next.NotBefore.After(c.g.q.m.now()) {
 		pd.at = next.NotBefore // delayed: it takes the key but waits for its time
@@ -1048,7 +1075,25 @@ func (c *cursor) waitLocked(ks *keyState, pd *pending) {
 	i, _ := slices.BinarySearchFunc(ks.waiting, pd.m.Offset, func(w *pending, off uint64) int { return cmp.Compare(w.m.Offset, off) })
 	ks.waiting = slices.Insert(ks.waiting, i, pd)
 	ks.held--
+	c.park(pd.m)
+}
+
+// park and unpark count a message parked behind its key, and one that
+// leaves the key's waiting ones.
+func (c *cursor) park(m *Message) {
 	c.parked++
+	c.parkedBytes += int64(len(m.Payload))
+}
+
+func (c *cursor) unpark(m *Message) {
+	c.parked--
+	c.parkedBytes -= int64(len(m.Payload))
+}
+
+// parkedFull reports whether the cursor holds as many messages aside as
+// it may (maxParked, maxParkedBytes).
+func (c *cursor) parkedFull() bool {
+	return c.parked >= maxParked || c.parkedBytes >= maxParkedBytes
 }
 
 // readyHeap orders pending messages by offset.

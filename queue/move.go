@@ -39,13 +39,14 @@ func (m *Manager) PartitionState(id PartitionID) (PartitionState, error) {
 }
 
 // ReadPartition reads up to max stored messages of partition id from
-// offset from on.
-func (m *Manager) ReadPartition(id PartitionID, from, to uint64, max int) ([]*Message, error) {
+// offset from on, stopping at the one whose payload brings theirs to
+// maxBytes (0: no such bound).
+func (m *Manager) ReadPartition(id PartitionID, from, to uint64, max int, maxBytes int64) ([]*Message, error) {
 	p, err := m.partition(id)
 	if err != nil {
 		return nil, err
 	}
-	return p.log.Read(from, to, max)
+	return p.log.Read(from, to, max, maxBytes)
 }
 
 // ImportPartition writes a part of a partition moved here, under epoch

@@ -125,7 +125,7 @@ func (p *partition) advance(first uint64) int64 {
 // only by queues with max_bytes set.
 func (p *partition) loadSizes() error {
 	for from := p.first; from < p.next; {
-		msgs, err := p.log.Read(from, p.next, 4096)
+		msgs, err := p.log.Read(from, p.next, 4096, 16<<20)
 		if err != nil {
 			return err
 		}

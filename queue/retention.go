@@ -22,8 +22,13 @@ import (
 // group that had not read a message by then does not get it (counted in
 // Stats.Expired, or Stats.Dropped when over a limit).
 
-// evictBatch bounds the messages one eviction pass reads per partition.
-const evictBatch = 256
+// evictBatch and evictBatchBytes bound the messages one eviction pass
+// reads from storage per partition: 256, and no more once their payloads
+// reach 4 MiB.
+const (
+	evictBatch      = 256
+	evictBatchBytes = 4 << 20
+)
 
 // startEvictionLocked starts a background eviction pass when one may be
 // due. q.mu (or every lock of the queue) must be held.
@@ -119,7 +124,7 @@ func (q *Queue) evictHead(i int, now time.Time, next *time.Time) (int, error) {
 	p.mu.Unlock()
 	if len(msgs) == 0 && from < to {
 		var err error
-		if msgs, err = p.log.Read(from, to, evictBatch); err != nil {
+		if msgs, err = p.log.Read(from, to, evictBatch, evictBatchBytes); err != nil {
 			return 0, err
 		}
 	}

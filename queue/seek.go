@@ -193,7 +193,7 @@ func (q *Queue) offsetsAt(t time.Time) (map[int]uint64, error) {
 		lo, hi := b.lo, b.next
 		for lo < hi {
 			mid := lo + (hi-lo)/2
-			msgs, err := b.p.log.Read(mid, hi, 1)
+			msgs, err := b.p.log.Read(mid, hi, 1, 0)
 			if err != nil {
 				return nil, err
 			}

@@ -219,6 +219,7 @@ func (c *cursor) setAsideLocked(pd *pending) {
 	i, _ := slices.BinarySearchFunc(list, pd.m.Offset, func(w *pending, off uint64) int { return cmp.Compare(w.m.Offset, off) })
 	c.aside[s] = slices.Insert(list, i, pd)
 	c.asideN++
+	c.asideBytes += int64(len(pd.m.Payload))
 }
 
 // takeAsideLocked returns the first message set aside that cons, or
@@ -240,6 +241,7 @@ func (c *cursor) takeAsideLocked(cons *Consumer, uniform bool) (*pending, *Consu
 			c.aside[s] = list[1:]
 		}
 		c.asideN--
+		c.asideBytes -= int64(len(pd.m.Payload))
 		return pd, to
 	}
 	return nil, nil
@@ -265,5 +267,5 @@ func (c *cursor) unsetAsideLocked() {
 			heap.Push(&c.ready, pd)
 		}
 	}
-	c.aside, c.asideN = nil, 0
+	c.aside, c.asideN, c.asideBytes = nil, 0, 0
 }

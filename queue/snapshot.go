@@ -168,7 +168,7 @@ func (q *Queue) Info() Info {
 	for _, r := range reads {
 		gp := &info.Groups[r.g].Partitions[r.p]
 		p := q.partitions()[r.p]
-		msgs, err := p.log.Read(gp.Floor, info.Partitions[r.p].Committed, 1)
+		msgs, err := p.log.Read(gp.Floor, info.Partitions[r.p].Committed, 1, 0)
 		if err == nil && len(msgs) == 1 {
 			gp.OldestUnsettled = msgs[0].EnqueuedAt
 		}
@@ -251,7 +251,7 @@ func (q *Queue) read(pi int, from, to uint64, n int) ([]*Message, error) {
 	var out []*Message
 	if from < min(low, to) {
 		var err error
-		if out, err = p.log.Read(from, min(low, to), n); err != nil {
+		if out, err = p.log.Read(from, min(low, to), n, 0); err != nil {
 			return nil, storageError(err)
 		}
 	}

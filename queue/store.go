@@ -86,8 +86,10 @@ type Log interface {
 	// never blocks.
 	Append(epoch uint64, msg *Message, state *Batch, sync bool, done func(error))
 	// Read returns up to max stored messages with from <= offset < to, in
-	// offset order.
-	Read(from, to uint64, max int) ([]*Message, error)
+	// offset order, and stops at the message whose payload brings their
+	// payloads to maxBytes (0: no such bound): one at least, whatever its
+	// size.
+	Read(from, to uint64, max int, maxBytes int64) ([]*Message, error)
 	// Bounds returns the first retained offset and the offset the next
 	// append gets; (0, 0) for a partition that never held a message.
 	Bounds() (first, next uint64, err error)

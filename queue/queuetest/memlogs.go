@@ -225,8 +225,8 @@ func (g *memLog) Append(epoch uint64, msg *queue.Message, state *queue.Batch, sy
 	g.logs.submit(memReq{log: g, shard: g.shard, msg: msg, state: state, sync: sync, done: done, epoch: epoch})
 }
 
-func (g *memLog) Read(from, to uint64, max int) ([]*queue.Message, error) {
-	return g.logs.store.shards[g.shard].Read(g.id.Queue, g.id.Partition, from, to, max)
+func (g *memLog) Read(from, to uint64, max int, maxBytes int64) ([]*queue.Message, error) {
+	return g.logs.store.shards[g.shard].(*memShard).ReadBytes(g.id.Queue, g.id.Partition, from, to, max, maxBytes)
 }
 
 func (g *memLog) Bounds() (first, next uint64, err error) {

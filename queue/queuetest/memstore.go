@@ -323,6 +323,12 @@ func (s *memShard) Sync() error { return s.store.admit(false, false) }
 
 // Read returns copies of the stored messages with from <= offset < to.
 func (s *memShard) Read(q string, partition int, from, to uint64, max int) ([]*queue.Message, error) {
+	return s.ReadBytes(q, partition, from, to, max, 0)
+}
+
+// ReadBytes is Read that also stops at the message whose payload brings
+// the payloads read to maxBytes (0: no such bound).
+func (s *memShard) ReadBytes(q string, partition int, from, to uint64, max int, maxBytes int64) ([]*queue.Message, error) {
 	if s.store.isClosed() {
 		return nil, ErrClosed
 	}
@@ -337,11 +343,13 @@ func (s *memShard) Read(q string, partition int, from, to uint64, max int) ([]*q
 		return nil, nil
 	}
 	var out []*queue.Message
+	var bytes int64
 	for _, m := range p.msgs[p.search(from):] {
-		if m.Offset >= to || len(out) == max {
+		if m.Offset >= to || len(out) == max || (maxBytes > 0 && bytes >= maxBytes) {
 			break
 		}
 		out = append(out, cloneMessage(m))
+		bytes += int64(len(m.Payload))
 	}
 	return out, nil
 }

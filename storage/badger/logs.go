@@ -103,8 +103,8 @@ func (l *partitionLog) Append(epoch uint64, msg *queue.Message, state *queue.Bat
 	l.c.submit(commitReq{log: l, msg: msg, state: state, sync: sync, done: done, epoch: epoch})
 }
 
-func (l *partitionLog) Read(from, to uint64, max int) ([]*queue.Message, error) {
-	return l.shard.Read(l.id.Queue, l.id.Partition, from, to, max)
+func (l *partitionLog) Read(from, to uint64, max int, maxBytes int64) ([]*queue.Message, error) {
+	return l.shard.ReadBytes(l.id.Queue, l.id.Partition, from, to, max, maxBytes)
 }
 
 func (l *partitionLog) Bounds() (first, next uint64, err error) {

@@ -495,6 +495,12 @@ func markHoles(w *txnWriter, q string, p uint32, dropTrim bool) error {
 // in offset order, from one snapshot. Messages below the trim point are
 // deleted ones, never returned.
 func (s *Shard) Read(q string, partition int, from, to uint64, max int) ([]*queue.Message, error) {
+	return s.ReadBytes(q, partition, from, to, max, 0)
+}
+
+// ReadBytes is Read that also stops at the message whose payload brings
+// the payloads read to maxBytes (0: no such bound).
+func (s *Shard) ReadBytes(q string, partition int, from, to uint64, max int, maxBytes int64) ([]*queue.Message, error) {
 	p, err := checkRef(q, "", partition)
 	if err != nil || max <= 0 || from >= to {
 		return nil, err
@@ -505,7 +511,7 @@ func (s *Shard) Read(q string, partition int, from, to uint64, max int) ([]*queu
 	defer s.mu.RUnlock()
 	txn := s.db.NewTransaction(false)
 	defer txn.Discard()
-	r := &reader{q: q, p: p, prefixLen: partitionPrefixLen(q), from: from, to: to, max: max}
+	r := &reader{q: q, p: p, prefixLen: partitionPrefixLen(q), from: from, to: to, max: max, maxBytes: maxBytes}
 	if err := r.read(txn); err != nil {
 		return nil, fmt.Errorf("storage: shard %d: read %s/%d: %w", s.id, q, p, err)
 	}
@@ -519,10 +525,12 @@ type reader struct {
 	prefixLen int
 	from, to  uint64
 	max       int
+	maxBytes  int64 // 0: none
 
-	out  []*queue.Message
-	recs [][]byte // reused for every entry
-	end  bool     // an entry reached to
+	out   []*queue.Message
+	bytes int64    // payload bytes in out
+	recs  [][]byte // reused for every entry
+	end   bool     // an entry reached to
 }
 
 // read looks for the entry holding from with a reverse iterator, as the
@@ -618,6 +626,10 @@ func (r *reader) take(item *bdg.Item) error {
 				return err
 			}
 			r.out = append(r.out, m)
+			if r.bytes += int64(len(m.Payload)); r.maxBytes > 0 && r.bytes >= r.maxBytes {
+				r.end = true
+				break
+			}
 		}
 		if len(recs) > 0 && lo+uint64(len(recs)) > r.to-1 {
 			r.end = true

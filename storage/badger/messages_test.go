@@ -275,14 +275,23 @@ func compareShards(t *testing.T, step int, got, want queue.Shard, p int, rng *ra
 		from := rng.Uint64N(wn + 2)
 		reads = append(reads, [3]uint64{from, from + rng.Uint64N(2000), 1 + rng.Uint64N(50)})
 	}
-	for _, r := range reads {
-		g, err := got.Read("q", p, r[0], r[1], int(r[2]))
+	type bytesReader interface {
+		ReadBytes(q string, partition int, from, to uint64, max int, maxBytes int64) ([]*queue.Message, error)
+	}
+	for i, r := range reads {
+		// Every other read bounded in bytes too, from one byte (one
+		// message whatever its size) up.
+		maxBytes := int64(0)
+		if i%2 == 1 {
+			maxBytes = 1 + rng.Int64N(400)
+		}
+		g, err := got.(bytesReader).ReadBytes("q", p, r[0], r[1], int(r[2]), maxBytes)
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		w, _ := want.Read("q", p, r[0], r[1], int(r[2]))
+		w, _ := want.(bytesReader).ReadBytes("q", p, r[0], r[1], int(r[2]), maxBytes)
 		if len(g) != len(w) {
-			t.Fatalf("step %d: Read(q/%d, %d, %d, %d) returned %d messages, want %d", step, p, r[0], r[1], r[2], len(g), len(w))
+			t.Fatalf("step %d: ReadBytes(q/%d, %d, %d, %d, %d) returned %d messages, want %d", step, p, r[0], r[1], r[2], maxBytes, len(g), len(w))
 		}
 		for i := range w {
 			if g[i].Offset != w[i].Offset || !bytes.Equal(g[i].Payload, w[i].Payload) {
