@@ -410,7 +410,7 @@ func (q *Queue) settle(l *Lease, o Outcome) error {
 	if l.slot {
 		p.freeSlotLocked(l, o != Returned, &k)
 		if o != Returned && o != Unsent {
-			l.consumer.resize(l.consumer.window.settledAfter(now.Sub(l.at)), &k)
+			l.consumer.resize(l.consumer.window.settledAfter(now.Sub(l.at), len(l.m.Payload)), &k)
 		}
 	}
 	if !l.active {

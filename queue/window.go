@@ -15,6 +15,14 @@ const InitialWindow = 64
 // while it settles every message of a window promptly.
 const PromptSettle = time.Second
 
+// WindowBytes is about as many payload bytes as a consumer's window holds
+// once it has settled a window's worth of messages: a window that would
+// hold more, at the payload size of the messages it settled last, is cut
+// down to it (to one message at least). A count alone let a fast consumer
+// of 256 KiB messages hold 256 MiB unsettled, all of it in its node's
+// memory on its way out.
+const WindowBytes = 16 << 20
+
 // window is a consumer's adaptive credit: how many unsettled deliveries it
 // may hold, between InitialWindow and its prefetch. A consumer that used
 // its whole window and settled each of a window's messages within
@@ -31,6 +39,7 @@ type window struct {
 	max     int64 // prefetch
 	settled int64 // settlements since the window last changed
 	slow    int64 // of them, not prompt
+	bytes   int64 // their payload bytes
 	// full is set when a delivery took the consumer's last credit: only
 	// a consumer that uses its whole window may need a larger one.
 	full atomic.Bool
@@ -41,13 +50,14 @@ func newWindow(prefetch int) *window {
 	return &window{size: n, initial: n, max: int64(prefetch)}
 }
 
-// settledAfter counts one settlement made held after its delivery. It
-// returns by how much the window changed: the caller adds it to the
-// consumer's credit.
-func (w *window) settledAfter(held time.Duration) int64 {
+// settledAfter counts one settlement of a message of size payload bytes,
+// made held after its delivery. It returns by how much the window
+// changed: the caller adds it to the consumer's credit.
+func (w *window) settledAfter(held time.Duration, size int) int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.settled++
+	w.bytes += int64(size)
 	if held > PromptSettle {
 		w.slow++
 	}
@@ -61,8 +71,11 @@ func (w *window) settledAfter(held time.Duration) int64 {
 	case w.slow > w.settled/2:
 		d = max(w.initial, w.size/2) - w.size
 	}
+	if limit := max(1, WindowBytes*w.settled/max(w.bytes, 1)); w.size+d > limit {
+		d = limit - w.size
+	}
 	w.size += d
-	w.settled, w.slow = 0, 0
+	w.settled, w.slow, w.bytes = 0, 0, 0
 	w.full.Store(false)
 	return d
 }
@@ -72,7 +85,7 @@ func (w *window) leaseLost() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	d := w.initial - w.size
-	w.size, w.settled, w.slow = w.initial, 0, 0
+	w.size, w.settled, w.slow, w.bytes = w.initial, 0, 0, 0
 	return d
 }
 

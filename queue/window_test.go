@@ -119,6 +119,48 @@ func TestConsumerWindowAdapts(t *testing.T) {
 	})
 }
 
+// A prompt consumer of large messages: its window stops at about
+// WindowBytes of their payloads instead of growing to its prefetch, and it
+// shrinks to that (below the initial window, one message at least) once
+// the consumer settled a window of them.
+func TestConsumerWindowIsBoundedInBytes(t *testing.T) {
+	cases := []struct {
+		size, n, after int // n: messages published, enough for the rounds
+	}{
+		{64 << 10, 64 + 128 + 256 + 1, queue.WindowBytes / (64 << 10)}, // 256: one doubling short of 512
+		{1 << 20, 64 + 16 + 1, queue.WindowBytes / (1 << 20)},          // 16, below the initial 64
+		{64, 64 + 128 + 256 + 1, 512},                                  // unchanged: doubles, as TestConsumerWindowAdapts
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%d bytes", tc.size), func(t *testing.T) {
+			h := newHarness(t, func(o *queue.Options) {
+				o.Ordering, o.Partitions, o.Prefetch = queue.OrderNone, 1, 1024
+			})
+			for i := range tc.n {
+				h.mustPublish("q", bigMsg("k", i, tc.size))
+			}
+			c := h.subscribe("q", "c", sub{})
+			window := func() int { return c.c.(*queue.Consumer).Window() }
+			for round := 0; window() < 512 && round < 3; round++ {
+				w := window()
+				ds := h.newDeliveries(w)
+				if len(ds) != w {
+					t.Fatalf("round %d: %d deliveries unsettled at once, want the window, %d", round+1, len(ds), w)
+				}
+				for _, d := range ds {
+					h.mustSettle(d, acked)
+				}
+				if window() <= w {
+					break
+				}
+			}
+			if got := window(); got != tc.after {
+				t.Fatalf("window of a prompt consumer of %d-byte messages: %d, want %d", tc.size, got, tc.after)
+			}
+		})
+	}
+}
+
 // publishN publishes n messages with distinct keys to q.
 func publishN(h *harness, q string, n int) {
 	ms := make([]msg, n)
