@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -65,5 +66,26 @@ func TestEntryOfAnotherTermIsVoid(t *testing.T) {
 	}
 	if got := r.Stored(); got != 11 {
 		t.Fatalf("stored up to %d, want 11", got)
+	}
+}
+
+// A raft sender sends what is queued for a peer in batches of at most
+// the bound's bytes, a message larger than it alone, in queue order.
+func TestRaftSenderBatchesByBytes(t *testing.T) {
+	s := &raftSender{}
+	for i, n := range []int{10, 10, 30, 5, 100} {
+		s.queue = append(s.queue, &pb.RaftMessage{Group: fmt.Sprint(i), Message: make([]byte, n-1)})
+	}
+	var got [][]string
+	for len(s.queue) > 0 {
+		var groups []string
+		for _, m := range s.takeLocked(25) {
+			groups = append(groups, m.GetGroup())
+		}
+		got = append(got, groups)
+	}
+	want := [][]string{{"0", "1"}, {"2"}, {"3"}, {"4"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("batches %v, want %v", got, want)
 	}
 }

@@ -30,6 +30,13 @@ type raftSender struct {
 // raftQueueMax bounds the messages waiting for one peer.
 const raftQueueMax = 8192
 
+// raftBatchBytes bounds the raft message bytes of one send, far below the
+// 64 MiB a peer takes in one gRPC message: while a send waits on a slow
+// or paused peer, the messages queued behind it (entries of up to 4 MiB
+// each, of every group) may add up to more, and a send past the limit
+// fails whole. A message larger than the bound goes alone.
+const raftBatchBytes = 16 << 20
+
 func (h *raftHost) sender(node string) *raftSender {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -68,8 +75,7 @@ func (s *raftSender) run() {
 		}
 		for {
 			s.mu.Lock()
-			batch := s.queue
-			s.queue = nil
+			batch := s.takeLocked(raftBatchBytes)
 			s.mu.Unlock()
 			if len(batch) == 0 {
 				break
@@ -86,6 +92,24 @@ func (s *raftSender) run() {
 			}
 		}
 	}
+}
+
+// takeLocked takes the queue's first messages, as many as add up to max
+// bytes at most (one at least). s.mu must be held.
+func (s *raftSender) takeLocked(max int) []*pb.RaftMessage {
+	n, size := 0, 0
+	for n < len(s.queue) {
+		size += len(s.queue[n].GetMessage()) + len(s.queue[n].GetGroup())
+		if n > 0 && size > max {
+			break
+		}
+		n++
+	}
+	batch := s.queue[:n:n]
+	if s.queue = s.queue[n:]; len(s.queue) == 0 {
+		s.queue = nil
+	}
+	return batch
 }
 
 func (s *raftSender) write(ctx context.Context, batch []*pb.RaftMessage) error {
