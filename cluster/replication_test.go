@@ -492,4 +492,3 @@ func TestLargeMessagesReplicate(t *testing.T) {
 	c.nodes[follower].signal(syscall.SIGCONT)
 	waitUntil(t, 60*time.Second, follower+" in sync after it resumed", func() bool { return replicaInSync(c, "big", follower) })
 }
-
