@@ -83,12 +83,13 @@ const (
 )
 
 // HeldBytes returns the payload bytes group's cursors on queue name hold
-// read from storage: their read-ahead, and the messages they parked behind
-// a key or set aside for a shard.
-func HeldBytes(m *Manager, name, group string) (readAhead, parked int64) {
+// in memory: their read-ahead from storage, the messages they parked behind
+// a key or set aside for a shard (parked), and every message waiting to be
+// delivered (waiting: parked ones, and those given back and released).
+func HeldBytes(m *Manager, name, group string) (readAhead, parked, waiting int64) {
 	q := m.Queue(name)
 	if q == nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for i, p := range q.partitions() {
 		p.mu.Lock()
@@ -96,8 +97,31 @@ func HeldBytes(m *Manager, name, group string) (readAhead, parked int64) {
 			c := g.cursors[i]
 			readAhead += payloadBytes(c.ra)
 			parked += c.parkedBytes + c.asideBytes
+			waiting += c.parkedBytes + c.asideBytes
+			for _, pd := range c.ready {
+				waiting += int64(len(pd.m.Payload))
+			}
+			for _, pd := range c.pinned {
+				waiting += int64(len(pd.m.Payload))
+			}
 		}
 		p.mu.Unlock()
 	}
-	return readAhead, parked
+	return readAhead, parked, waiting
+}
+
+// RingBytes returns the payload bytes the rings of queue name's partitions
+// hold.
+func RingBytes(m *Manager, name string) int64 {
+	q := m.Queue(name)
+	if q == nil {
+		return 0
+	}
+	var n int64
+	for _, p := range q.partitions() {
+		p.mu.Lock()
+		n += p.ring.bytes
+		p.mu.Unlock()
+	}
+	return n
 }

@@ -75,8 +75,17 @@ func newPartition(q *Queue, index int, o ringOptions) *partition {
 
 // put records a committed append (m nil for a failed one) at offset off.
 // Commits complete in offset order within a partition. Lock must be held.
+//
+// The ring keeps it only while the queue has a consumer: a queue nobody
+// consumes would hold its partitions' newest messages (up to RingBytes
+// each) for nothing, and a node with many such queues ran out of memory
+// for them; a consumer that comes reads them from storage.
 func (p *partition) put(off uint64, m *Message) {
 	p.committed = off + 1
+	if p.q.consumers == 0 {
+		p.ring.pass(off + 1)
+		return
+	}
 	p.ring.put(off, m)
 }
 
@@ -456,6 +465,16 @@ func (r *ring) evict(n int) {
 	if r.low == r.next {
 		r.slots, r.bytes = nil, 0
 	}
+}
+
+// pass lets go of everything the ring holds and moves it on to next: it
+// holds nothing below.
+func (r *ring) pass(next uint64) {
+	if next < r.next {
+		next = r.next
+	}
+	r.evict(int(r.next - r.low))
+	r.low, r.next = next, next
 }
 
 // trim lets go of the messages below first, once they are deleted, so that

@@ -27,6 +27,9 @@ type Queue struct {
 	// the channel to close.
 	growths  []Growth
 	growWait atomic.Pointer[chan struct{}]
+	// consumers counts the consumers of all its groups; written with
+	// every lock of the queue held, read under any one.
+	consumers int
 	// dlq is the queue's dead-letter queue; nil for a dead-letter queue.
 	dlq *Queue
 
@@ -504,6 +507,7 @@ func (q *Queue) deadLetterLocked(cur *cursor, m *Message, deliveries uint32, rea
 	}
 	dm := q.deadLetterCopy(cur.p.index, m, DeadLetter{Reason: reason, Deliveries: deliveries, Group: cur.g.name})
 	cur.p.deadLetters.Add(1) // until it is settled: Release waits for it
+	cur.deadLettering++
 	gen := cur.gen
 	// The outcome is handled on its own goroutine: Publish may fail at once
 	// (dead-letter queue closed or full), and this runs with the lock held.
@@ -522,6 +526,7 @@ func (q *Queue) deadLettered(cur *cursor, gen uint64, m *Message, deliveries uin
 	defer p.deadLetters.Done()
 	var k kicks
 	p.mu.Lock()
+	cur.deadLettering--
 	if now := cur.g.cursors[p.index]; now != cur || now.gen != gen {
 		// The cursor was replaced (a seek) or purged meanwhile: its key
 		// state is no longer m's, and what it holds of m came from storage
