@@ -305,7 +305,7 @@ type Storage struct {
 	// node wrote. Default 4 MiB (0 also means that); -1 keeps every page.
 	LogResidentBytes int64 `yaml:"log_resident_bytes"`
 	// MaxPayload is the largest message payload accepted, in bytes.
-	// Default 1 MiB, at most 256 MiB.
+	// Default 1 MiB, at most 256 MiB (60 MiB in a cluster).
 	MaxPayload int `yaml:"max_payload"`
 }
 
@@ -358,6 +358,11 @@ const (
 	MinRingSize   = 16
 	MaxRingSize   = 1 << 20
 	MaxMaxPayload = 256 << 20
+	// MaxClusterPayload is the largest storage.max_payload of a cluster's
+	// node: a forwarded publish, a raft entry and a copied message each
+	// travel whole in one gRPC message, which a node takes up to 64 MiB;
+	// 4 MiB are left for the rest of it (headers, properties, framing).
+	MaxClusterPayload = 60 << 20
 	// DefaultMinFreeBytes is the default of storage.min_free_bytes.
 	DefaultMinFreeBytes = 256 << 20
 )
@@ -484,6 +489,8 @@ func (c *Config) Validate() error {
 	}
 	if s.MaxPayload < 1 || s.MaxPayload > MaxMaxPayload {
 		fail("storage.max_payload", fmt.Sprintf("must be between 1 and %d (256 MiB), got %d", MaxMaxPayload, s.MaxPayload), nil)
+	} else if c.Clustered() && s.MaxPayload > MaxClusterPayload {
+		fail("storage.max_payload", fmt.Sprintf("must be at most %d (60 MiB) in a cluster, got %d: a message goes from node to node in one message of at most 64 MiB, and a larger one would stop its partition's replication", MaxClusterPayload, s.MaxPayload), nil)
 	}
 
 	// A declared queue inherits what it does not set: an invalid default

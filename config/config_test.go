@@ -337,6 +337,9 @@ func TestConfigErrors(t *testing.T) {
 		{name: "log resident below -1",
 			file: "storage:\n  log_resident_bytes: -2\n",
 			want: []string{"storage.log_resident_bytes: must be -1 (keep every page) or a number of bytes, got -2"}},
+		{name: "payload too large for a cluster",
+			file: "cluster:\n  etcd:\n    endpoints: [http://127.0.0.1:2379]\nstorage:\n  max_payload: 62914561\n",
+			want: []string{"storage.max_payload: must be at most 62914560 (60 MiB) in a cluster, got 62914561"}},
 		{name: "payload too large",
 			file: "storage:\n  max_payload: 268435457\n",
 			want: []string{"storage.max_payload:"}},
@@ -1085,5 +1088,18 @@ func TestConfigDocumented(t *testing.T) {
 	}
 	if !strings.Contains(string(doc), "`queues.declared.NAME`") {
 		t.Error("docs/CONFIG.md does not say how a queue is declared")
+	}
+}
+
+// A single node takes payloads up to 256 MiB; only a cluster's nodes,
+// which pass messages to each other in gRPC messages of at most 64 MiB,
+// are held to 60 MiB.
+func TestLargePayloadOnASingleNode(t *testing.T) {
+	c, err := Load([]string{"--config", writeConfig(t, "storage:\n  max_payload: 104857600\n")}, nil)
+	if err != nil {
+		t.Fatalf("max_payload 100 MiB on a single node: %v", err)
+	}
+	if c.Storage.MaxPayload != 100<<20 {
+		t.Fatalf("max_payload %d, want %d", c.Storage.MaxPayload, 100<<20)
 	}
 }
