@@ -155,16 +155,16 @@ type cursor struct {
 	retries    retryHeap            // nacked and delayed messages, by the time they are due
 	keys       map[string]*keyState // ordering key: keys with a message out
 	parked     int                  // messages parked behind blocked keys
+	// parkedBytes are their payload bytes.
+	parkedBytes int64
 	// deadLettering counts its messages on their way to the dead-letter
 	// queue.
 	deadLettering int
-	// parkedBytes are their payload bytes.
-	parkedBytes int64
-	counts      map[uint64]uint32 // ended deliveries of unsettled offsets, as on disk
-	leased      int
-	out         map[uint64]*Lease // active leases by offset
-	rr          int               // next consumer to try
-	starved     atomic.Bool       // see group.starved
+	counts        map[uint64]uint32 // ended deliveries of unsettled offsets, as on disk
+	leased        int
+	out           map[uint64]*Lease // active leases by offset
+	rr            int               // next consumer to try
+	starved       atomic.Bool       // see group.starved
 
 	ra       []*Message // read-ahead from storage covering [raFrom, raTo)
 	raPos    int
