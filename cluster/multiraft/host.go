@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -148,7 +149,11 @@ type Options struct {
 	Tick          time.Duration // default 100ms
 	ElectionTicks int           // default 10
 	LogKeep       uint64        // applied entries kept for a replica behind; default 5000
-	SyncEvery     time.Duration // default 500ms
+	// LogKeepBytes bounds the data of those entries too, default 8 MiB:
+	// they are kept in memory (raft's MemoryStorage) as well as on disk,
+	// and 5000 entries of 1 MiB messages are 5 GB per group and node.
+	LogKeepBytes int
+	SyncEvery    time.Duration // default 500ms
 	// InSyncLag is how many entries behind its leader a replica may be
 	// and count as in sync; default 1000.
 	InSyncLag uint64
@@ -258,6 +263,9 @@ func New(o Options) *Host {
 	}
 	if o.LogKeep == 0 {
 		o.LogKeep = 5000
+	}
+	if o.LogKeepBytes <= 0 {
+		o.LogKeepBytes = 8 << 20
 	}
 	if o.SyncEvery <= 0 {
 		o.SyncEvery = 500 * time.Millisecond
@@ -959,17 +967,42 @@ func (h *Host) checkpointed(c checkpointDone) {
 }
 
 // compact drops the entries this node applied and synced but the last
-// LogKeep, kept for a replica that comes back.
+// LogKeep, kept for a replica that comes back (one further behind gets a
+// copy). Of those it keeps LogKeepBytes of data, more on a leader for a
+// replica it heard from lately that lacks them (a follower a little
+// behind would otherwise get a copy of the whole partition), but never
+// more than lagKeep times that.
 func (h *Host) compact(g *Group) {
 	// Never past what raft applied in this run: a state machine may store
 	// more than the applied index recorded before a restart, which raft
 	// applies again from (the stored commit index may lag, append.go).
-	upTo, keep := min(g.synced, g.rn.BasicStatus().Applied), h.o.LogKeep
-	if upTo <= keep {
-		return
+	applied := min(g.synced, g.rn.BasicStatus().Applied)
+	upTo := applied - min(applied, h.o.LogKeep)
+	if first, err := g.ms.FirstIndex(); err == nil && first <= applied {
+		if ents, err := g.ms.Entries(max(first, upTo+1), applied+1, math.MaxUint64); err == nil {
+			var bytesAt, lagAt uint64 // the newest entries past each bound
+			size := 0
+			for i := len(ents) - 1; i >= 0 && lagAt == 0; i-- {
+				size += len(ents[i].GetData())
+				if size > h.o.LogKeepBytes && bytesAt == 0 {
+					bytesAt = ents[i].GetIndex()
+				}
+				if size > lagKeep*h.o.LogKeepBytes {
+					lagAt = ents[i].GetIndex()
+				}
+			}
+			if g.leader {
+				now := time.Now()
+				g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+					if id != g.self && pr.Match < bytesAt && h.heardLately(g.node(id), now) {
+						bytesAt = pr.Match
+					}
+				})
+			}
+			upTo = max(upTo, bytesAt, lagAt)
+		}
 	}
-	upTo -= keep
-	if upTo <= g.compacted {
+	if upTo == 0 || upTo <= g.compacted {
 		return
 	}
 	term, err := g.ms.Term(upTo)
@@ -989,6 +1022,10 @@ func (h *Host) compact(g *Group) {
 	}
 	g.compacted = upTo
 }
+
+// lagKeep is how many times LogKeepBytes a leader keeps at most for a
+// replica it heard from lately that lacks them.
+const lagKeep = 4
 
 // TransferAll asks the driver to hand every group this node leads to
 // another replica that live accepts (the node is leaving).

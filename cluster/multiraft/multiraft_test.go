@@ -104,9 +104,10 @@ type node struct {
 type cluster struct {
 	t   *testing.T
 	net *net
-	// keep is the LogKeep of every host.
-	keep  uint64
-	nodes map[string]*node
+	// keep and keepBytes are the LogKeep and LogKeepBytes of every host.
+	keep      uint64
+	keepBytes int
+	nodes     map[string]*node
 	// disks hold each state machine's values by raft log directory and
 	// group: what a host finds again when it starts on the same one.
 	disks map[string]*toy
@@ -117,7 +118,13 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T, keep uint64, ids ...string) *cluster {
-	c := &cluster{t: t, net: newNet(), keep: keep, nodes: map[string]*node{}, disks: map[string]*toy{}, ids: map[string]map[string]uint64{}}
+	return newClusterBytes(t, keep, 0, ids...)
+}
+
+// newClusterBytes is newCluster with hosts that keep keepBytes of applied
+// entries (0: the default).
+func newClusterBytes(t *testing.T, keep uint64, keepBytes int, ids ...string) *cluster {
+	c := &cluster{t: t, net: newNet(), keep: keep, keepBytes: keepBytes, nodes: map[string]*node{}, disks: map[string]*toy{}, ids: map[string]map[string]uint64{}}
 	for _, id := range ids {
 		c.start(id, t.TempDir())
 	}
@@ -140,7 +147,7 @@ func (c *cluster) start(id, dir string) *node {
 	n.disk = &heldStore{Store: raftstore.Store{S: store}}
 	n.disk.cond = sync.NewCond(&n.disk.mu)
 	n.h = multiraft.New(multiraft.Options{NodeID: id, Store: n.disk, Transport: transport{c.net, id},
-		Tick: tick, ElectionTicks: 10, LogKeep: c.keep, SyncEvery: 20 * time.Millisecond})
+		Tick: tick, ElectionTicks: 10, LogKeep: c.keep, LogKeepBytes: c.keepBytes, SyncEvery: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() {
@@ -572,28 +579,106 @@ func TestRestart(t *testing.T) {
 }
 
 // TestCopy: a replica behind the leader's compacted log gets a copy of
-// the state machine, then the entries after it.
+// the state machine, then the entries after it. A log is compacted past
+// LogKeep entries, and past LogKeepBytes of their data (kept in memory as
+// well as on disk): 200 entries of 64 KiB, far fewer than LogKeep, are
+// compacted to their last 8 MiB.
 func TestCopy(t *testing.T) {
-	c := newCluster(t, 10, abc...)
-	c.open("g", abc, abc...)
-	c.leader("g", abc...)
-	dir := c.nodes["c"].dir
-	c.kill("c")
-	c.propose(abc, "g", values("v", 200)...)
-	// Past LogKeep, once the leader compacted (every SyncEvery).
-	waitFor(t, "the logs compacted", func() bool {
-		return c.nodes["a"].h.Group("g").FirstIndex() > 100 && c.nodes["b"].h.Group("g").FirstIndex() > 100
-	})
-	c.propose(abc, "g", "last")
-	c.start("c", dir)
-	c.open("g", abc, "c")
-	c.converge("g", 201, abc...)
-	waitFor(t, "c installed the snapshot after its copy", func() bool {
-		s := c.sm("c", "g")
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.installed) > 0
-	})
+	for _, tc := range []struct {
+		name  string
+		keep  uint64
+		size  int
+		first uint64 // the first entry kept is past it once compacted
+	}{
+		{"past LogKeep", 10, 0, 100},
+		// 8 MiB are 128 of them: whatever else the log holds (the
+		// group's first entries, elections), the first kept is past 60.
+		{"past LogKeepBytes", 5000, 64 << 10, 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, tc.keep, abc...)
+			c.open("g", abc, abc...)
+			c.leader("g", abc...)
+			dir := c.nodes["c"].dir
+			c.kill("c")
+			vs := values("v", 200)
+			for i := range vs {
+				vs[i] += strings.Repeat("x", tc.size)
+			}
+			c.propose(abc, "g", vs...)
+			// Once the leader compacted (every SyncEvery).
+			waitFor(t, "the logs compacted", func() bool {
+				return c.nodes["a"].h.Group("g").FirstIndex() > tc.first && c.nodes["b"].h.Group("g").FirstIndex() > tc.first
+			})
+			c.propose(abc, "g", "last")
+			c.start("c", dir)
+			c.open("g", abc, "c")
+			c.converge("g", 201, abc...)
+			waitFor(t, "c installed the snapshot after its copy", func() bool {
+				s := c.sm("c", "g")
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return len(s.installed) > 0
+			})
+		})
+	}
+}
+
+// TestCompactionWaitsForAnActiveReplica: a leader keeps, past
+// LogKeepBytes, what a replica it hears from lacks (here one whose disk
+// hangs: it answers heartbeats, not appends), up to four times
+// LogKeepBytes; a follower compacts to LogKeepBytes all the same. The
+// replica catches up once its disk is back.
+func TestCompactionWaitsForAnActiveReplica(t *testing.T) {
+	const keepBytes, size = 256 << 10, 16 << 10 // 16 entries; 64 for a replica behind
+	for _, tc := range []struct {
+		name string
+		n    int
+		kept bool // the leader keeps what the replica lacks
+	}{
+		{"behind by less than four times LogKeepBytes", 48, true},
+		{"behind by more", 120, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClusterBytes(t, 5000, keepBytes, abc...)
+			c.open("g", abc, abc...)
+			lead := c.leader("g", abc...)
+			c.propose(abc, "g", "one")
+			c.converge("g", 1, abc...)
+			var hung, other string
+			for _, id := range abc {
+				switch {
+				case id == lead:
+				case hung == "":
+					hung = id
+				default:
+					other = id
+				}
+			}
+			c.nodes[hung].disk.hold(true)
+			big := values("v", tc.n)
+			for i := range big {
+				big[i] += ":" + strings.Repeat("x", size)
+			}
+			c.propose(abc, "g", big...)
+			waitFor(t, other+"'s log compacted to LogKeepBytes", func() bool {
+				return c.nodes[other].h.Group("g").FirstIndex() > uint64(tc.n-keepBytes/size)
+			})
+			if now := c.leader("g", abc...); now != lead {
+				t.Fatalf("the leadership moved from %s to %s", lead, now)
+			}
+			leader := c.nodes[lead].h.Group("g")
+			if tc.kept {
+				if first := leader.FirstIndex(); first > 10 {
+					t.Fatalf("the leader compacted its log up to %d, past what %s, whose disk hangs, lacks", first-1, hung)
+				}
+			} else {
+				waitFor(t, "the leader's log compacted past what "+hung+" lacks", func() bool { return leader.FirstIndex() > 10 })
+			}
+			c.nodes[hung].disk.hold(false)
+			c.converge("g", tc.n+1, abc...)
+		})
+	}
 }
 
 // TestReplicaChange: a node joins as a learner, catches up and is

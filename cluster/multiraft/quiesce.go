@@ -178,6 +178,16 @@ func (h *Host) heardFrom(id uint64) {
 	h.heardMu.Unlock()
 }
 
+// heardLately reports whether a message came from node within an election
+// timeout of now. raft's own word for it (Progress.RecentActive) is reset
+// at every check of the quorum, heard from or not.
+func (h *Host) heardLately(node string, now time.Time) bool {
+	h.heardMu.Lock()
+	at, ok := h.heard[ID(node)]
+	h.heardMu.Unlock()
+	return ok && now.Sub(at) < time.Duration(h.o.ElectionTicks)*h.o.Tick
+}
+
 // peerRestarted wakes the quiesced groups node id (ID(node)) is a
 // replica of: it started again, and may have lost what it did not sync
 // (driver goroutine).

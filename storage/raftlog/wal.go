@@ -637,8 +637,23 @@ func (s *Store) startSegment(seq uint64) error {
 	if err := syncDir(s.dir); err != nil {
 		return err
 	}
-	s.scratch = buf[:0]
+	s.keepScratch(buf)
 	return nil
+}
+
+// scratchMax is the largest write buffer kept for the next write: one
+// that grew past it for a write of large entries goes.
+const scratchMax = 1 << 20
+
+// keepScratch keeps buf for the next write, unless it grew past
+// scratchMax: kept, one write of large entries held its size in memory
+// for good.
+func (s *Store) keepScratch(buf []byte) {
+	if cap(buf) > scratchMax {
+		s.scratch = nil
+		return
+	}
+	s.scratch = buf[:0]
 }
 
 // buffer returns the scratch buffer, empty but for the room of a batch
@@ -797,7 +812,7 @@ func (s *Store) Save(ws []Write, sync bool) error {
 	if err != nil {
 		return err
 	}
-	s.scratch = buf[:0]
+	s.keepScratch(buf)
 	seg := s.segs[len(s.segs)-1]
 	for _, w := range ws {
 		if w.ConfState == nil && w.HardState == nil && w.Applied == 0 && w.Meta == nil && w.Recovering == nil && len(w.Entries) == 0 {
@@ -889,7 +904,7 @@ func (s *Store) Compact(name string, index, term uint64) error {
 	if _, err := s.write(buf, false); err != nil {
 		return err
 	}
-	s.scratch = buf[:0]
+	s.keepScratch(buf)
 	g.compact(index, term)
 	return nil
 }
@@ -911,7 +926,7 @@ func (s *Store) Drop(group string) error {
 	if _, err := s.write(buf, true); err != nil {
 		return err
 	}
-	s.scratch = buf[:0]
+	s.keepScratch(buf)
 	delete(s.groups, group)
 	return nil
 }
