@@ -496,7 +496,7 @@ func (s *server) Consume(stream pb.Node_ConsumeServer) error {
 		return stream.Send(&pb.ConsumeDown{Error: toResult(0, err)})
 	}
 	sr := &streamReceiver{wake: make(chan struct{}, 1)}
-	o := queue.ConsumerOptions{Prefetch: int(sub.Prefetch), Explicit: sub.Explicit, Start: queue.Start(sub.Start), Credit: queue.NewCredit(int(max(1, sub.Credit)))}
+	o := queue.ConsumerOptions{Prefetch: int(sub.Prefetch), Explicit: sub.Explicit, Start: queue.Start(sub.Start), Credit: queue.NewCredit(int(max(1, sub.Credit))), Remote: true}
 	if sub.ShardCount > 0 {
 		o.Sharding = &queue.Sharding{By: sub.ShardBy, Count: int(sub.ShardCount)}
 		for _, id := range sub.Shards {

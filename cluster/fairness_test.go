@@ -20,13 +20,8 @@ import (
 // node for a credit it will not get, and the first is offered no more
 // than it can take.
 func TestBusyConsumerLeavesTheRestToOthers(t *testing.T) {
-	cfg := configFile(t, "queues:\n  declared:\n    fair:\n      partitions: 4\n      replication_factor: 1\n      ordering: none\n"+
-		"cluster:\n  placement:\n    - queues: \"fair\"\n      nodes: [a]\n")
-	c := newCluster(t, "--config", cfg)
-	a := c.start("a")
-	b := c.start("b")
-	c.start("c")
-	c.waitOwned("fair", 4, 15*time.Second, "a")
+	nodes := placedOnA(t, "fair", "a", "b", "c")
+	a, b := nodes[0], nodes[1]
 	prod := dial(t, a.mqtt, "producer", 64)
 	const total, rm = 20, 10
 	for i := range total {
@@ -56,16 +51,28 @@ func TestBusyConsumerLeavesTheRestToOthers(t *testing.T) {
 	}
 }
 
+// placedOnA starts the nodes ids of a new cluster whose queue q, of 4
+// partitions with replication factor 1 and ordering none, is placed on
+// node a, and waits until a leads all of them.
+func placedOnA(t *testing.T, q string, ids ...string) []*node {
+	t.Helper()
+	cfg := configFile(t, "queues:\n  declared:\n    "+q+":\n      partitions: 4\n      replication_factor: 1\n      ordering: none\n"+
+		"cluster:\n  placement:\n    - queues: \""+q+"\"\n      nodes: [a]\n")
+	c := newCluster(t, "--config", cfg)
+	var nodes []*node
+	for _, id := range ids {
+		nodes = append(nodes, c.start(id))
+	}
+	c.waitOwned(q, 4, 15*time.Second, "a")
+	return nodes
+}
+
 // TestGroupStartLatestAcrossNodes: a subscription with start=latest on a
 // node that serves none of the queue's partitions makes a group that,
 // on the node that does, starts after the newest message.
 func TestGroupStartLatestAcrossNodes(t *testing.T) {
-	cfg := configFile(t, "queues:\n  declared:\n    feed:\n      partitions: 4\n      replication_factor: 1\n      ordering: none\n"+
-		"cluster:\n  placement:\n    - queues: \"feed\"\n      nodes: [a]\n")
-	c := newCluster(t, "--config", cfg)
-	a := c.start("a")
-	b := c.start("b")
-	c.waitOwned("feed", 4, 15*time.Second, "a")
+	nodes := placedOnA(t, "feed", "a", "b")
+	a, b := nodes[0], nodes[1]
 	prod := dial(t, a.mqtt, "producer", 64)
 	publish := func(prefix string) {
 		for i := range 8 {
@@ -79,16 +86,7 @@ func TestGroupStartLatestAcrossNodes(t *testing.T) {
 	cons.subscribeWith("$share/audit/$queue/feed", map[string]string{"start": "latest"})
 	// The group starts when the subscription reaches a, shortly after
 	// the SUBACK: a's view of the queue names it then.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if strings.Contains(localView(t, a.http, "feed"), `"name": "audit"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("group audit not on a 10s after the subscription")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLocalView(t, a.http, "feed", `"name": "audit"`)
 	publish("new")
 	waitCount(t, 8, 10*time.Second, cons)
 	for _, p := range cons.received() {
@@ -111,6 +109,23 @@ func localView(t *testing.T, addr, q string) string {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return string(body)
+}
+
+// waitLocalView waits up to 10s for the queue's view of the node at addr
+// alone to contain want.
+func waitLocalView(t *testing.T, addr, q, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := localView(t, addr, q)
+		if strings.Contains(v, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the view of %s on %s has no %s after 10s: %s", q, addr, want, v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestLeaseOutlivesAMembershipBlip: a consumer on one node holds a message
@@ -188,5 +203,51 @@ func TestLeaseOutlivesAMembershipBlip(t *testing.T) {
 			t.Fatal("the message published after the blip was not delivered within 10s")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLocalConsumerGoesFirst: of a group's two consumers, one connected to
+// the node that leads every partition of the queue and one connected to
+// another node, the local one gets each message while it keeps up (it
+// settles each at once): none is relayed to the other node and back. The
+// remote one gets messages once the local one falls behind.
+func TestLocalConsumerGoesFirst(t *testing.T) {
+	nodes := placedOnA(t, "near", "a", "b")
+	a, b := nodes[0], nodes[1]
+	far := dial(t, b.mqtt, "far", 64)
+	far.subscribe("$share/g/$queue/near")
+	near := dialManual(t, a.mqtt, "near", 64)
+	near.subscribe("$share/g/$queue/near")
+	// Both consumers are in the group on a once its view counts two.
+	waitLocalView(t, a.http, "near", `"consumers": 2`)
+	prod := dial(t, b.mqtt, "producer", 64)
+	const settled = 30
+	acked := 0
+	for i := range settled {
+		if code, err := prod.publish("$queue/near", "k"+strconv.Itoa(i), message("m", i)); err != nil || code != 0 {
+			t.Fatalf("publish: %#x %v", code, err)
+		}
+		waitCount(t, i+1, 10*time.Second, near, far)
+		for _, p := range near.received()[acked:] {
+			if err := near.c.Ack(p); err != nil {
+				t.Fatal(err)
+			}
+			acked++
+		}
+	}
+	if got := len(far.received()); got != 0 {
+		t.Fatalf("the remote consumer got %d of %d messages while the local one settled each at once", got, settled)
+	}
+	// The local consumer settles no more: past its lead, the remote one
+	// gets messages too.
+	const more = 40
+	for i := range more {
+		if code, err := prod.publish("$queue/near", "k"+strconv.Itoa(i), message("u", i)); err != nil || code != 0 {
+			t.Fatalf("publish: %#x %v", code, err)
+		}
+	}
+	waitCount(t, settled+more, 10*time.Second, near, far)
+	if got := len(far.received()); got == 0 {
+		t.Fatalf("the remote consumer got none of %d messages the local one left unsettled", more)
 	}
 }

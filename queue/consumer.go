@@ -60,6 +60,10 @@ type ConsumerOptions struct {
 	// gives it back, whatever queue it came from. It carries MQTT 5
 	// Receive Maximum, a limit of the connection, not of a subscription.
 	Credit *Credit
+	// Remote: the consumer's client is connected to another node, which
+	// relays its deliveries (and its settlements). A group prefers its
+	// local consumers (LocalLead).
+	Remote bool
 }
 
 // Credit is a count of deliveries a connection may still be sent, shared
@@ -169,6 +173,7 @@ type Consumer struct {
 	partitions []int  // claimed by name; empty: any the group gives it
 	shards     []bool // by shard, those it takes (Sharding); nil: every one
 	shared     *Credit
+	remote     bool
 }
 
 // take takes one credit of the consumer and one of its connection, or
@@ -209,6 +214,17 @@ func (c *Consumer) resize(d int64, k *kicks) {
 // it adapts between InitialWindow and its prefetch (see window).
 func (c *Consumer) Window() int { return c.window.Size() }
 
+// hasCredit reports whether the consumer, and its connection, may take
+// a delivery now; nothing is taken.
+func (c *Consumer) hasCredit() bool {
+	return c.credit.Load() > 0 && (c.shared == nil || c.shared.n.Load() > 0)
+}
+
+// unsettled is about how many deliveries the consumer holds: its window
+// less the credit it has left (read without a lock, so a settlement or
+// a resize under way may make it off by one).
+func (c *Consumer) unsettled() int64 { return c.window.now.Load() - c.credit.Load() }
+
 // giveBack returns a credit taken for a delivery that did not happen.
 // When that credit was the last one, the cursor of another partition may
 // have found the consumer (or its connection) without credit meanwhile and
@@ -217,12 +233,6 @@ func (c *Consumer) Window() int { return c.window.Size() }
 // kick such a cursor waited for the next settlement or timer pass. When
 // credit was left, no one can have waited, and nothing more is done: this
 // runs on every dispatch that finds nothing to deliver.
-// hasCredit reports whether the consumer, and its connection, may take
-// a delivery now; nothing is taken.
-func (c *Consumer) hasCredit() bool {
-	return c.credit.Load() > 0 && (c.shared == nil || c.shared.n.Load() > 0)
-}
-
 func (c *Consumer) giveBack() {
 	var k kicks
 	if c.credit.Add(1) == 1 {

@@ -3,6 +3,7 @@ package queue
 import (
 	"cmp"
 	"container/heap"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ type group struct {
 	name      string
 	cursors   []*cursor
 	consumers []*Consumer
+	remotes   int // of them, Remote
 
 	// claimed[p] is the consumer that asked for partition p by name
 	// (subscription property partitions); claims counts them.
@@ -222,6 +224,9 @@ func newCursor(g *group, p *partition) *cursor {
 func (g *group) addConsumer(c *Consumer) {
 	g.consumers = append(g.consumers, c)
 	g.q.consumers++
+	if c.remote {
+		g.remotes++
+	}
 	for _, p := range c.partitions {
 		g.claimed[p] = c
 		g.claims++
@@ -234,6 +239,9 @@ func (g *group) removeConsumer(c *Consumer) {
 	for i, x := range g.consumers {
 		if x == c {
 			g.consumers = append(g.consumers[:i], g.consumers[i+1:]...)
+			if c.remote {
+				g.remotes--
+			}
 			break
 		}
 	}
@@ -432,6 +440,7 @@ func (c *cursor) dispatchLocked(now time.Time) {
 			}
 			return // until the mark asked for is stored (marked dispatches)
 		}
+		rr := c.rr
 		cons := c.takeConsumer(uniform)
 		if cons == nil && c.hasWork() {
 			// Starved: mark it, then look once more, so that credit given
@@ -449,6 +458,8 @@ func (c *cursor) dispatchLocked(now time.Time) {
 		}
 		m, prior, released, to := c.nextLocked(now, cons, uniform)
 		if m == nil {
+			// Its turn is not used up: the next message goes to it.
+			c.rr = rr
 			cons.giveBack()
 			if c.asideN > 0 && !rechecked && c.waitsForHolder() {
 				// Set aside for a consumer without credit now: marked
@@ -470,20 +481,50 @@ func (c *cursor) dispatchLocked(now time.Time) {
 	}
 }
 
+// LocalLead is how many more unsettled deliveries than the least busy of
+// its group's remote consumers (ConsumerOptions.Remote) a local consumer
+// may hold and still be given a partition's next message before them. A
+// delivery to a remote consumer costs its partition's node and the
+// client's node a relay each way (the message out, the settlement back);
+// preferring the local one saves both while it keeps up. The lead bounds
+// how much more of the group's work waits at a busy local consumer than at
+// an idle remote one.
+const LocalLead = 16
+
 // takeConsumer returns the next consumer, round robin, that may take the
 // cursor's partition, with one credit taken from it (and from its
-// connection), or nil when none has credit.
+// connection), or nil when none has credit. With remote consumers in the
+// group, a local one within LocalLead of the least busy remote one goes
+// first.
 func (c *cursor) takeConsumer(uniform bool) *Consumer {
 	cs := c.g.consumers
 	n := len(cs)
-	for i := 0; i < n; i++ {
-		cons := cs[(c.rr+i)%n]
-		if !uniform && !c.g.takes(cons, c.p.index) {
-			continue
+	lead := int64(math.MaxInt64)
+	if c.g.remotes > 0 && c.g.remotes < n {
+		for _, cons := range cs {
+			if cons.remote && cons.hasCredit() && (uniform || c.g.takes(cons, c.p.index)) {
+				lead = min(lead, cons.unsettled()+LocalLead)
+			}
 		}
-		if cons.take(c.g) {
-			c.rr = (c.rr + i + 1) % n
-			return cons
+	}
+	for pass := 0; pass < 2; pass++ {
+		passed := false // a consumer this pass left for the next one
+		for i := 0; i < n; i++ {
+			cons := cs[(c.rr+i)%n]
+			if !uniform && !c.g.takes(cons, c.p.index) {
+				continue
+			}
+			if first := !cons.remote && cons.unsettled() < lead; first != (pass == 0) {
+				passed = true
+				continue
+			}
+			if cons.take(c.g) {
+				c.rr = (c.rr + i + 1) % n
+				return cons
+			}
+		}
+		if !passed {
+			break
 		}
 	}
 	return nil
@@ -929,10 +970,13 @@ func (c *cursor) messageAt(off uint64) (m *Message, known bool) {
 }
 
 // fetchLocked reads messages from off up to the ring from storage, in the
-// background; the group is dispatched again when they arrive.
+// background; the group is dispatched again when they arrive. A closed
+// queue reads nothing more: a commit completing while the manager closes
+// dispatches, and a read begun then would race the manager's wait for its
+// reads.
 func (c *cursor) fetchLocked(off uint64) {
 	q := c.g.q
-	if c.fetching || q.m.now().Before(c.fetchErr) {
+	if q.closed || c.fetching || q.m.now().Before(c.fetchErr) {
 		return
 	}
 	c.fetching = true

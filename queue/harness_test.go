@@ -229,6 +229,7 @@ type sub struct {
 	partitions []int // the only partitions the consumer takes
 	sharding   *queue.Sharding
 	credit     *queue.Credit
+	remote     bool // connected to another node (ConsumerOptions.Remote)
 	// onDeliver, if set, sees every delivery as it is made, on the
 	// goroutine that makes it; it must not call back into the harness's
 	// settle, extend or close.
@@ -308,7 +309,7 @@ func (h *harness) trySubscribe(q, name string, s sub) (*consumer, error) {
 	h.mu.Unlock()
 	qc, err := h.m.Subscribe(context.Background(), queue.Filter{Queue: q, Group: group, Subjects: s.subjects}, c, queue.ConsumerOptions{
 		Prefetch: s.prefetch, Explicit: s.explicit, Partitions: s.partitions, Credit: s.credit, Start: s.start,
-		Sharding: s.sharding,
+		Sharding: s.sharding, Remote: s.remote,
 	})
 	if err != nil {
 		h.mu.Lock()

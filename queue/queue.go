@@ -324,7 +324,7 @@ func (q *Queue) Subscribe(group string, r Receiver, o ConsumerOptions) (*Consume
 		return nil, err
 	}
 	g := q.groupLocked(group, start, at, o.Subjects)
-	c := &Consumer{q: q, g: g, r: r, explicit: o.Explicit, partitions: slices.Clone(o.Partitions), shared: o.Credit,
+	c := &Consumer{q: q, g: g, r: r, explicit: o.Explicit, remote: o.Remote, partitions: slices.Clone(o.Partitions), shared: o.Credit,
 		window: newWindow(prefetch)}
 	c.credit.Store(int64(c.window.Size()))
 	g.joinSharding(c, o.Sharding)

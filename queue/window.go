@@ -34,7 +34,8 @@ const WindowBytes = 16 << 20
 // work and leaves the rest of the group's messages to the others.
 type window struct {
 	mu      sync.Mutex
-	size    int64 // current window
+	size    int64        // current window
+	now     atomic.Int64 // size, read without the lock
 	initial int64
 	max     int64 // prefetch
 	settled int64 // settlements since the window last changed
@@ -47,7 +48,9 @@ type window struct {
 
 func newWindow(prefetch int) *window {
 	n := int64(min(prefetch, InitialWindow))
-	return &window{size: n, initial: n, max: int64(prefetch)}
+	w := &window{size: n, initial: n, max: int64(prefetch)}
+	w.now.Store(n)
+	return w
 }
 
 // settledAfter counts one settlement of a message of size payload bytes,
@@ -75,6 +78,7 @@ func (w *window) settledAfter(held time.Duration, size int) int64 {
 		d = limit - w.size
 	}
 	w.size += d
+	w.now.Store(w.size)
 	w.settled, w.slow, w.bytes = 0, 0, 0
 	w.full.Store(false)
 	return d
@@ -86,12 +90,9 @@ func (w *window) leaseLost() int64 {
 	defer w.mu.Unlock()
 	d := w.initial - w.size
 	w.size, w.settled, w.slow, w.bytes = w.initial, 0, 0, 0
+	w.now.Store(w.size)
 	return d
 }
 
 // Size returns the current window.
-func (w *window) Size() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return int(w.size)
-}
+func (w *window) Size() int { return int(w.now.Load()) }
