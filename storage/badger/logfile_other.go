@@ -15,4 +15,7 @@ func lockDir(string) (unlock func(), err error) { return func() {}, nil }
 func datasync(f *os.File) error { return f.Sync() }
 
 // releaseLogPages keeps every page: only Linux has MADV_PAGEOUT.
-func releaseLogPages(string, int64) int64 { return 0 }
+func releaseLogPages(string, int64, residentTops) int64 { return 0 }
+
+// residentTops is kept between the passes of releaseLogPages on Linux.
+type residentTops struct{}

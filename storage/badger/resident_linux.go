@@ -3,6 +3,7 @@ package badger
 import (
 	"bufio"
 	"bytes"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -31,15 +32,19 @@ import (
 // mapping that changed between reading /proc/self/maps and the call (a
 // file removed, its range reused by another mapping) costs at most pages
 // read in again, never data.
-func releaseLogPages(dir string, logKeep int64) int64 {
-	maps, err := os.ReadFile("/proc/self/maps")
+//
+// tops holds the top found of each mapping (residentTop) from one pass to
+// the next: the search starts there.
+func releaseLogPages(dir string, logKeep int64, tops residentTops) int64 {
+	listing, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		return 0
 	}
 	prefix := dir + string(os.PathSeparator)
 	page := uintptr(os.Getpagesize())
 	var released int64
-	sc := bufio.NewScanner(bytes.NewReader(maps))
+	seen := make(residentTops, len(tops))
+	sc := bufio.NewScanner(bytes.NewReader(listing))
 	for sc.Scan() {
 		m, ok := parseMapping(sc.Text())
 		if !ok || !strings.HasPrefix(m.path, prefix) {
@@ -49,7 +54,8 @@ func releaseLogPages(dir string, logKeep int64) int64 {
 		if !ok {
 			continue
 		}
-		top := residentTop(m.start, m.end, page)
+		top := residentTopFrom(m.start, m.end, tops[m], page)
+		seen[m] = top
 		if top <= m.start || int64(top-m.start) <= keep {
 			continue
 		}
@@ -59,7 +65,48 @@ func releaseLogPages(dir string, logKeep int64) int64 {
 			released += int64(end - m.start)
 		}
 	}
+	clear(tops)
+	maps.Copy(tops, seen)
 	return released
+}
+
+// residentTops is the top (residentTop) found of each mapping of a
+// Badger file in the last pass of releaseLogPages.
+type residentTops map[mapping]uintptr
+
+// topWindow is how much of a mapping residentTopFrom looks at in one
+// mincore call.
+const topWindow = 4 << 20
+
+// residentTopFrom is residentTop of [start, end), searched upward from
+// from, the top found in the last pass. A log is written upward from
+// there and a table not at all, and the pages below the top stay
+// resident (logKeep of them, or a table's end), so the page below it is
+// still resident and the top is at or above it: a few MiB are looked at
+// instead of the whole mapping, which for a value log is twice its
+// size (512 MiB by default). With no top from the last pass, or when the
+// page below it is gone (the kernel dropped it), the whole mapping is.
+func residentTopFrom(start, end, from, page uintptr) uintptr {
+	if from <= start || from > end {
+		return residentTop(start, end, page)
+	}
+	top := uintptr(0)
+	for lo := from - page; lo < end; {
+		hi := min(lo+topWindow, end)
+		t := residentTop(lo, hi, page)
+		if t == lo {
+			break // nothing resident from lo: the top is below
+		}
+		top = t
+		if t < hi {
+			break // a log's top: nothing above it was written
+		}
+		lo = hi
+	}
+	if top == 0 {
+		return residentTop(start, end, page)
+	}
+	return top
 }
 
 // tableKeep is how much of the end of each LSM table stays resident: its

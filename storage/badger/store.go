@@ -256,6 +256,7 @@ func checkShard(i int, dir string, async bool, log *slog.Logger) error {
 func (s *Store) releaseLoop(dir string, keep int64) {
 	var seen uint64
 	var idle time.Duration
+	tops := residentTops{}
 	every(releaseInterval, s.stop, func() {
 		var writes uint64
 		for _, sh := range s.shards {
@@ -266,7 +267,7 @@ func (s *Store) releaseLoop(dir string, keep int64) {
 			return
 		}
 		seen, idle = writes, 0
-		releaseLogPages(dir, keep)
+		releaseLogPages(dir, keep, tops)
 	})
 }
 
