@@ -475,7 +475,10 @@ func (c *cursor) dispatchLocked(now time.Time) {
 			return
 		}
 		if to != cons {
-			cons.giveBack() // the message goes to the consumer its key is leased to
+			// The message goes to the consumer its key is leased to:
+			// cons keeps its turn.
+			c.rr = rr
+			cons.giveBack()
 		}
 		g.leaseLocked(to, c, m, prior, released, now)
 	}

@@ -66,3 +66,18 @@ func TestConsumersTakeTurns(t *testing.T) {
 		}
 	}
 }
+
+// A turn that ends in a message for another consumer (the one its key's
+// messages are in flight to, key_inflight) is not used up either.
+func TestTurnGivenToAKeysHolderIsKept(t *testing.T) {
+	h := newHarness(t, func(o *queue.Options) { o.Partitions, o.KeyInflight = 1, 4 })
+	h.start()
+	h.subscribe("q", "a", sub{})
+	h.subscribe("q", "b", sub{})
+	h.mustPublish("q", kmsg("k", "k1"))
+	h.expect("a:k1")
+	h.mustPublish("q", kmsg("k", "k2")) // b's turn; k's messages go to a
+	h.expect("a:k2")
+	h.mustPublish("q", kmsg("y", "y1"))
+	h.expect("b:y1")
+}
