@@ -128,6 +128,34 @@ func waitLocalView(t *testing.T, addr, q, want string) {
 	}
 }
 
+// waitLeased waits up to 10s for the group's leases on the node at addr
+// alone to number n.
+func waitLeased(t *testing.T, addr, q, group string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var v struct {
+			Groups []struct {
+				Name   string `json:"name"`
+				Leased int    `json:"leased"`
+			} `json:"groups"`
+		}
+		body := localView(t, addr, q)
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatalf("the view of %s on %s: %v: %s", q, addr, err, body)
+		}
+		for _, g := range v.Groups {
+			if g.Name == group && g.Leased == n {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s of %s on %s has not %d leases after 10s: %s", group, q, addr, n, body)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestLeaseOutlivesAMembershipBlip: a consumer on one node holds a message
 // of a partition led on another; etcd then ends the leader's lease (as it
 // does after a pause of etcd longer than the lease, with the renewals held
@@ -234,6 +262,9 @@ func TestLocalConsumerGoesFirst(t *testing.T) {
 			}
 			acked++
 		}
+		// Settled once a has the PUBACK: the client library may send
+		// it later than Ack returns.
+		waitLeased(t, a.http, "near", "g", 0)
 	}
 	if got := len(far.received()); got != 0 {
 		t.Fatalf("the remote consumer got %d of %d messages while the local one settled each at once", got, settled)
