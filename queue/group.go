@@ -494,19 +494,29 @@ func (c *cursor) dispatchLocked(now time.Time) {
 // an idle remote one.
 const LocalLead = 16
 
+// leadSample is how many of a group's remote consumers, from its turn on,
+// takeConsumer compares a local one with.
+const leadSample = 8
+
 // takeConsumer returns the next consumer, round robin, that may take the
 // cursor's partition, with one credit taken from it (and from its
 // connection), or nil when none has credit. With remote consumers in the
-// group, a local one within LocalLead of the least busy remote one goes
-// first.
+// group, a local one within LocalLead of the least busy remote one (of the
+// next leadSample) goes first.
 func (c *cursor) takeConsumer(uniform bool) *Consumer {
 	cs := c.g.consumers
 	n := len(cs)
 	lead := int64(math.MaxInt64)
 	if c.g.remotes > 0 && c.g.remotes < n {
-		for _, cons := range cs {
-			if cons.remote && cons.hasCredit() && (uniform || c.g.takes(cons, c.p.index)) {
-				lead = min(lead, cons.unsettled()+LocalLead)
+		// The least busy of the next leadSample remote consumers: a group
+		// of hundreds of consumers does not look at each for each message.
+		seen := 0
+		for i := 0; i < n && seen < leadSample; i++ {
+			if cons := cs[(c.rr+i)%n]; cons.remote {
+				seen++
+				if cons.hasCredit() && (uniform || c.g.takes(cons, c.p.index)) {
+					lead = min(lead, cons.unsettled()+LocalLead)
+				}
 			}
 		}
 	}
