@@ -506,8 +506,11 @@ const leadSample = 8
 func (c *cursor) takeConsumer(uniform bool) *Consumer {
 	cs := c.g.consumers
 	n := len(cs)
+	// Local consumers go first only beside remote ones; otherwise every
+	// consumer is first, and one pass is the plain round robin.
+	mixed := c.g.remotes > 0 && c.g.remotes < n
 	lead := int64(math.MaxInt64)
-	if c.g.remotes > 0 && c.g.remotes < n {
+	if mixed {
 		// The least busy of the next leadSample remote consumers: a group
 		// of hundreds of consumers does not look at each for each message.
 		seen := 0
@@ -527,7 +530,7 @@ func (c *cursor) takeConsumer(uniform bool) *Consumer {
 			if !uniform && !c.g.takes(cons, c.p.index) {
 				continue
 			}
-			if first := !cons.remote && cons.unsettled() < lead; first != (pass == 0) {
+			if first := !mixed || !cons.remote && cons.unsettled() < lead; first != (pass == 0) {
 				passed = true
 				continue
 			}
