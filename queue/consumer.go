@@ -223,7 +223,7 @@ func (c *Consumer) hasCredit() bool {
 // unsettled is about how many deliveries the consumer holds: its window
 // less the credit it has left (read without a lock, so a settlement or
 // a resize under way may make it off by one).
-func (c *Consumer) unsettled() int64 { return c.window.now.Load() - c.credit.Load() }
+func (c *Consumer) unsettled() int64 { return c.window.size.Load() - c.credit.Load() }
 
 // giveBack returns a credit taken for a delivery that did not happen.
 // When that credit was the last one, the cursor of another partition may

@@ -34,8 +34,7 @@ const WindowBytes = 16 << 20
 // work and leaves the rest of the group's messages to the others.
 type window struct {
 	mu      sync.Mutex
-	size    int64        // current window
-	now     atomic.Int64 // size, read without the lock
+	size    atomic.Int64 // current window: written under mu, read anywhere
 	initial int64
 	max     int64 // prefetch
 	settled int64 // settlements since the window last changed
@@ -48,8 +47,8 @@ type window struct {
 
 func newWindow(prefetch int) *window {
 	n := int64(min(prefetch, InitialWindow))
-	w := &window{size: n, initial: n, max: int64(prefetch)}
-	w.now.Store(n)
+	w := &window{initial: n, max: int64(prefetch)}
+	w.size.Store(n)
 	return w
 }
 
@@ -64,21 +63,21 @@ func (w *window) settledAfter(held time.Duration, size int) int64 {
 	if held > PromptSettle {
 		w.slow++
 	}
-	if w.settled < w.size {
+	cur := w.size.Load()
+	if w.settled < cur {
 		return 0
 	}
 	var d int64
 	switch {
 	case w.slow == 0 && w.full.Load():
-		d = min(w.size, w.max-w.size)
+		d = min(cur, w.max-cur)
 	case w.slow > w.settled/2:
-		d = max(w.initial, w.size/2) - w.size
+		d = max(w.initial, cur/2) - cur
 	}
-	if limit := max(1, WindowBytes*w.settled/max(w.bytes, 1)); w.size+d > limit {
-		d = limit - w.size
+	if limit := max(1, WindowBytes*w.settled/max(w.bytes, 1)); cur+d > limit {
+		d = limit - cur
 	}
-	w.size += d
-	w.now.Store(w.size)
+	w.size.Store(cur + d)
 	w.settled, w.slow, w.bytes = 0, 0, 0
 	w.full.Store(false)
 	return d
@@ -88,11 +87,11 @@ func (w *window) settledAfter(held time.Duration, size int) int64 {
 func (w *window) leaseLost() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	d := w.initial - w.size
-	w.size, w.settled, w.slow, w.bytes = w.initial, 0, 0, 0
-	w.now.Store(w.size)
+	d := w.initial - w.size.Load()
+	w.size.Store(w.initial)
+	w.settled, w.slow, w.bytes = 0, 0, 0
 	return d
 }
 
 // Size returns the current window.
-func (w *window) Size() int { return int(w.now.Load()) }
+func (w *window) Size() int { return int(w.size.Load()) }
